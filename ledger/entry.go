@@ -1,0 +1,222 @@
+package ledger
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/auditd/auditd/merkle"
+)
+
+// Entry is an event as a producer hands it to the ledger.
+type Entry struct {
+	// ID is the idempotency key. If empty, Append derives one from the
+	// content: see DeriveID.
+	ID string
+	// HasKey distinguishes an empty key from no key.
+	HasKey bool
+	Key    []byte
+	// Time is the event time. If zero, Append stamps the arrival time and
+	// marks it as assigned; an assigned time is not part of the content that
+	// idempotency compares.
+	Time time.Time
+	// Source is the position in the source log (Kafka), if any.
+	Source *merkle.Source
+	// Payload holds the event's bytes. PayloadJSON records that they are a
+	// JSON value, so readers can render them as JSON; it is not committed to.
+	Payload     []byte
+	PayloadJSON bool
+}
+
+// Record is an entry as the ledger holds it.
+type Record struct {
+	Index       uint64
+	Leaf        merkle.Leaf
+	LeafBytes   []byte
+	LeafHash    merkle.Hash
+	Payload     []byte
+	PayloadJSON bool
+	// PayloadPruned says the payload was removed after retention; the leaf
+	// still commits to its hash.
+	PayloadPruned bool
+}
+
+// DeriveID returns the id auditd gives an entry whose producer set none: the
+// first 32 hex digits of SHA-256 over the content a producer controls (key,
+// time if given, source position, payload hash). A retry of the same event
+// gets the same id; different events get different ids.
+func DeriveID(e *Entry) string {
+	h := sha256.New()
+	var b []byte
+	if e.HasKey {
+		b = append(b, 1)
+		b = binary.BigEndian.AppendUint32(b, uint32(len(e.Key)))
+		b = append(b, e.Key...)
+	} else {
+		b = append(b, 0)
+	}
+	if !e.Time.IsZero() {
+		b = append(b, 1)
+		b = binary.BigEndian.AppendUint64(b, uint64(e.Time.UnixNano()))
+	} else {
+		b = append(b, 0)
+	}
+	if s := e.Source; s != nil {
+		b = append(b, 1)
+		b = binary.BigEndian.AppendUint32(b, uint32(len(s.Topic)))
+		b = append(b, s.Topic...)
+		b = binary.BigEndian.AppendUint32(b, uint32(s.Partition))
+		b = binary.BigEndian.AppendUint64(b, uint64(s.Offset))
+	} else {
+		b = append(b, 0)
+	}
+	ph := sha256.Sum256(e.Payload)
+	b = append(b, ph[:]...)
+	h.Write(b)
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// sameContent reports whether two leaves carry the same producer content:
+// everything but a time auditd assigned on arrival.
+func sameContent(a, b *merkle.Leaf) bool {
+	if a.ID != b.ID || a.HasKey != b.HasKey || !bytes.Equal(a.Key, b.Key) ||
+		a.TimeAssigned != b.TimeAssigned || a.PayloadSHA256 != b.PayloadSHA256 {
+		return false
+	}
+	if !a.TimeAssigned && a.Time != b.Time {
+		return false
+	}
+	if (a.Source == nil) != (b.Source == nil) {
+		return false
+	}
+	return a.Source == nil || *a.Source == *b.Source
+}
+
+// Stored entry encoding (the value of an entry key). The log name is implied
+// by the key and the payload hash by the payload, so neither is stored:
+//
+//	flags u8 (bit 0 key, 1 time assigned, 2 source, 3 payload is JSON, 4 payload pruned)
+//	uvarint len, id
+//	[uvarint len, key]
+//	time i64 big-endian Unix nanoseconds
+//	[uvarint len, topic; uvarint partition; uvarint offset]
+//	payload bytes to the end, or the 32-byte payload hash if pruned
+const (
+	sKey          = 1 << 0
+	sTimeAssigned = 1 << 1
+	sSource       = 1 << 2
+	sPayloadJSON  = 1 << 3
+	sPruned       = 1 << 4
+)
+
+func appendStored(b []byte, l *merkle.Leaf, payload []byte, payloadJSON bool) []byte {
+	var f byte
+	if l.HasKey {
+		f |= sKey
+	}
+	if l.TimeAssigned {
+		f |= sTimeAssigned
+	}
+	if l.Source != nil {
+		f |= sSource
+	}
+	if payloadJSON {
+		f |= sPayloadJSON
+	}
+	b = append(b, f)
+	b = binary.AppendUvarint(b, uint64(len(l.ID)))
+	b = append(b, l.ID...)
+	if l.HasKey {
+		b = binary.AppendUvarint(b, uint64(len(l.Key)))
+		b = append(b, l.Key...)
+	}
+	b = binary.BigEndian.AppendUint64(b, uint64(l.Time))
+	if s := l.Source; s != nil {
+		b = binary.AppendUvarint(b, uint64(len(s.Topic)))
+		b = append(b, s.Topic...)
+		b = binary.AppendUvarint(b, uint64(uint32(s.Partition)))
+		b = binary.AppendUvarint(b, uint64(s.Offset))
+	}
+	return append(b, payload...)
+}
+
+var errStored = errors.New("ledger: corrupt stored entry")
+
+// decodeStored decodes a stored entry of the named log. The returned record
+// does not alias b.
+func decodeStored(log string, index uint64, b []byte) (*Record, error) {
+	r := &Record{Index: index}
+	l := &r.Leaf
+	l.Log = log
+	if len(b) < 1 {
+		return nil, errStored
+	}
+	f := b[0]
+	b = b[1:]
+	str := func() ([]byte, bool) {
+		n, k := binary.Uvarint(b)
+		if k <= 0 || uint64(len(b)-k) < n {
+			return nil, false
+		}
+		v := b[k : k+int(n)]
+		b = b[k+int(n):]
+		return v, true
+	}
+	uv := func() (uint64, bool) {
+		v, k := binary.Uvarint(b)
+		if k <= 0 {
+			return 0, false
+		}
+		b = b[k:]
+		return v, true
+	}
+	id, ok := str()
+	if !ok {
+		return nil, errStored
+	}
+	l.ID = string(id)
+	if f&sKey != 0 {
+		k, ok := str()
+		if !ok {
+			return nil, errStored
+		}
+		l.HasKey, l.Key = true, append([]byte{}, k...)
+	}
+	if len(b) < 8 {
+		return nil, errStored
+	}
+	l.Time = int64(binary.BigEndian.Uint64(b))
+	b = b[8:]
+	l.TimeAssigned = f&sTimeAssigned != 0
+	if f&sSource != 0 {
+		t, ok1 := str()
+		p, ok2 := uv()
+		o, ok3 := uv()
+		if !ok1 || !ok2 || !ok3 {
+			return nil, errStored
+		}
+		l.Source = &merkle.Source{Topic: string(t), Partition: int32(uint32(p)), Offset: int64(o)}
+	}
+	r.PayloadJSON = f&sPayloadJSON != 0
+	if f&sPruned != 0 {
+		if len(b) != merkle.HashSize {
+			return nil, errStored
+		}
+		r.PayloadPruned = true
+		copy(l.PayloadSHA256[:], b)
+	} else {
+		r.Payload = append([]byte{}, b...)
+		l.PayloadSHA256 = sha256.Sum256(r.Payload)
+	}
+	lb, err := l.MarshalBinary()
+	if err != nil {
+		return nil, fmt.Errorf("ledger: entry %d of %s: %w", index, log, err)
+	}
+	r.LeafBytes = lb
+	r.LeafHash = merkle.LeafHash(lb)
+	return r, nil
+}

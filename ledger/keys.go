@@ -1,0 +1,70 @@
+package ledger
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+)
+
+// Key layout. Every key starts with a one-byte kind; per-log keys follow it
+// with the log's 4-byte id, so each log's data is contiguous. See
+// docs/ledger-format.md.
+const (
+	kindName       = 'n' // n name            -> log id (u32)
+	kindMeta       = 'm' // m log             -> log metadata
+	kindEntry      = 'e' // e log index(u64)  -> stored entry
+	kindIDIndex    = 'i' // i log sha256(id)[:8]       -> uvarint indexes (merge: concat)
+	kindHashIndex  = 'h' // h log leafhash[:8]         -> uvarint indexes (merge: concat)
+	kindTile       = 't' // t log level(u8) n(u64)     -> tile hashes
+	kindCheckpoint = 'c' // c log size(u64)            -> signed checkpoint note
+)
+
+// indexKeyBytes is how many bytes of a hash index keys keep. Collisions are
+// resolved by reading the entries the index points at.
+const indexKeyBytes = 8
+
+func logKey(kind byte, log uint32, extra int) []byte {
+	k := make([]byte, 5, 5+extra)
+	k[0] = kind
+	binary.BigEndian.PutUint32(k[1:], log)
+	return k
+}
+
+func nameKey(name string) []byte { return append([]byte{kindName}, name...) }
+
+func metaKey(log uint32) []byte { return logKey(kindMeta, log, 0) }
+
+func entryKey(log uint32, index uint64) []byte {
+	return binary.BigEndian.AppendUint64(logKey(kindEntry, log, 8), index)
+}
+
+func idIndexKey(log uint32, id string) []byte {
+	h := sha256.Sum256([]byte(id))
+	return append(logKey(kindIDIndex, log, indexKeyBytes), h[:indexKeyBytes]...)
+}
+
+func hashIndexKey(log uint32, leafHash []byte) []byte {
+	return append(logKey(kindHashIndex, log, indexKeyBytes), leafHash[:indexKeyBytes]...)
+}
+
+func tileKey(log uint32, level uint8, n uint64) []byte {
+	k := append(logKey(kindTile, log, 9), level)
+	return binary.BigEndian.AppendUint64(k, n)
+}
+
+func checkpointKey(log uint32, size uint64) []byte {
+	return binary.BigEndian.AppendUint64(logKey(kindCheckpoint, log, 8), size)
+}
+
+// decodeIndexes decodes a concatenation of uvarint leaf indexes.
+func decodeIndexes(b []byte) ([]uint64, bool) {
+	var out []uint64
+	for len(b) > 0 {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			return nil, false
+		}
+		out = append(out, v)
+		b = b[n:]
+	}
+	return out, true
+}

@@ -1,0 +1,638 @@
+package ledger
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/transparency-dev/merkle/compact"
+
+	"github.com/auditd/auditd/merkle"
+)
+
+// Log is one append-only Merkle log. Its methods are safe for concurrent use.
+type Log struct {
+	s    *Store
+	name string
+	id   uint32
+	reqs chan *appendReq
+
+	committed atomic.Pointer[treeState]
+	cp        atomic.Pointer[SignedCheckpoint]
+	cpMu      sync.Mutex
+	cpNext    chan struct{} // closed when a new checkpoint is published
+	failed    atomic.Pointer[error]
+
+	w writer // owned by the run goroutine
+}
+
+type treeState struct {
+	size uint64
+	root merkle.Hash
+}
+
+// SignedCheckpoint is a checkpoint and its signed note.
+type SignedCheckpoint struct {
+	merkle.Checkpoint
+	Note []byte
+}
+
+func newLog(s *Store, name string, id uint32) *Log {
+	l := &Log{s: s, name: name, id: id, reqs: make(chan *appendReq, 256), cpNext: make(chan struct{})}
+	l.committed.Store(&treeState{root: merkle.EmptyRoot()})
+	return l
+}
+
+// Name returns the log's name.
+func (l *Log) Name() string { return l.name }
+
+// Origin returns the origin line of the log's checkpoints.
+func (l *Log) Origin() string { return l.s.Origin(l.name) }
+
+func (l *Log) state() treeState { return *l.committed.Load() }
+
+// Size returns the committed tree size.
+func (l *Log) Size() uint64 { return l.committed.Load().size }
+
+// Checkpoint returns the latest signed checkpoint, or nil if none yet.
+func (l *Log) Checkpoint() *SignedCheckpoint { return l.cp.Load() }
+
+// Err returns the error that stopped the log's writer, if any.
+func (l *Log) Err() error {
+	if p := l.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Appended is the outcome of appending one entry.
+type Appended struct {
+	Index     uint64
+	ID        string
+	LeafHash  merkle.Hash
+	Duplicate bool
+}
+
+// AppendResult is the outcome of one Append call.
+type AppendResult struct {
+	// Size is the committed tree size after the request; it covers every
+	// entry of the request.
+	Size    uint64
+	Entries []Appended
+}
+
+type item struct {
+	leaf   merkle.Leaf
+	hash   merkle.Hash
+	stored []byte
+	index  uint64
+}
+
+type appendReq struct {
+	items []item
+	enq   time.Time
+	done  chan struct{}
+	res   *AppendResult
+	err   error
+}
+
+// Append adds entries to the log as one request: either every entry is
+// durable (new or a duplicate of what the log holds) when it returns, or none
+// was added. An id already held with different content refuses the whole
+// request with a *ConflictError.
+func (l *Log) Append(ctx context.Context, entries []Entry) (*AppendResult, error) {
+	if len(entries) == 0 {
+		return nil, fmt.Errorf("%w: empty batch", ErrInvalid)
+	}
+	if err := l.Err(); err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	req := &appendReq{items: make([]item, len(entries)), enq: now, done: make(chan struct{})}
+	for i := range entries {
+		if err := prepare(l.name, &entries[i], now, &req.items[i]); err != nil {
+			return nil, fmt.Errorf("%w: event %d: %v", ErrInvalid, i, err)
+		}
+	}
+	select {
+	case l.reqs <- req:
+	case <-l.s.quit:
+		return nil, ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	// Once queued the request is carried out even if ctx ends; appends are
+	// idempotent, so a caller that gave up can retry.
+	select {
+	case <-req.done:
+		return req.res, req.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func prepare(log string, e *Entry, now time.Time, it *item) error {
+	id := e.ID
+	if id == "" {
+		id = DeriveID(e)
+	}
+	ts, assigned := e.Time, false
+	if ts.IsZero() {
+		ts, assigned = now, true
+	}
+	it.leaf = merkle.Leaf{
+		Log: log, ID: id, HasKey: e.HasKey, Key: e.Key,
+		Time: ts.UnixNano(), TimeAssigned: assigned, Source: e.Source,
+		PayloadSHA256: sha256.Sum256(e.Payload),
+	}
+	var buf [512]byte
+	lb, err := it.leaf.Append(buf[:0])
+	if err != nil {
+		return err
+	}
+	it.hash = merkle.LeafHash(lb)
+	it.stored = appendStored(make([]byte, 0, 24+len(id)+len(e.Key)+len(e.Payload)), &it.leaf, e.Payload, e.PayloadJSON)
+	return nil
+}
+
+// WaitCheckpoint returns the first checkpoint whose size is at least size,
+// waiting for one to be signed if needed.
+func (l *Log) WaitCheckpoint(ctx context.Context, size uint64) (*SignedCheckpoint, error) {
+	for {
+		l.cpMu.Lock()
+		next := l.cpNext
+		l.cpMu.Unlock()
+		if cp := l.cp.Load(); cp != nil && cp.Size >= size {
+			return cp, nil
+		}
+		if err := l.Err(); err != nil {
+			return nil, err
+		}
+		select {
+		case <-next:
+		case <-l.s.quit:
+			return nil, ErrClosed
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// writer is the state of a log's single writer goroutine.
+type writer struct {
+	size     uint64
+	root     merkle.Hash
+	rng      *compact.Range
+	tiles    []*tileBuf
+	batch    *pebble.Batch
+	visitErr error
+	ids      idFilter
+	lastSign time.Time
+	// awaiting holds the enqueue time and covering size of acknowledged
+	// requests not yet covered by a checkpoint.
+	awaiting []awaiting
+}
+
+type awaiting struct {
+	size uint64
+	enq  time.Time
+}
+
+func (l *Log) run() {
+	defer l.s.wg.Done()
+	var timer *time.Timer
+	var timerC <-chan time.Time
+	for {
+		select {
+		case req := <-l.reqs:
+			l.process(l.collect(req))
+		case <-timerC:
+			timerC = nil
+		case <-l.s.quit:
+			l.drain()
+			if l.Err() == nil && l.needsCheckpoint() {
+				l.sign()
+			}
+			return
+		}
+		if l.Err() != nil || !l.needsCheckpoint() || timerC != nil {
+			continue
+		}
+		if wait := l.s.opts.checkpointInterval - time.Since(l.w.lastSign); wait > 0 {
+			if timer == nil {
+				timer = time.NewTimer(wait)
+			} else {
+				timer.Reset(wait)
+			}
+			timerC = timer.C
+			continue
+		}
+		l.sign()
+	}
+}
+
+func (l *Log) needsCheckpoint() bool {
+	cp := l.cp.Load()
+	return cp == nil || cp.Size < l.w.size
+}
+
+// collect gathers queued requests into one group commit.
+func (l *Log) collect(first *appendReq) []*appendReq {
+	group := []*appendReq{first}
+	n := len(first.items)
+	var deadline <-chan time.Time
+	if d := l.s.opts.batchDelay; d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		deadline = t.C
+	}
+	for n < l.s.opts.maxBatch {
+		if deadline == nil {
+			select {
+			case r := <-l.reqs:
+				group, n = append(group, r), n+len(r.items)
+				continue
+			default:
+			}
+			break
+		}
+		select {
+		case r := <-l.reqs:
+			group, n = append(group, r), n+len(r.items)
+			continue
+		case <-deadline:
+		}
+		break
+	}
+	return group
+}
+
+// drain refuses requests still queued at shutdown.
+func (l *Log) drain() {
+	for {
+		select {
+		case r := <-l.reqs:
+			r.err = ErrClosed
+			close(r.done)
+		default:
+			return
+		}
+	}
+}
+
+// process runs one group commit.
+func (l *Log) process(group []*appendReq) {
+	if err := l.Err(); err != nil {
+		for _, r := range group {
+			r.err = err
+			close(r.done)
+		}
+		return
+	}
+	m := l.s.metrics
+	pending := map[string]*item{}
+	var fresh []*item
+	// Absent ids are the common case; an iterator with L6 filters lets the
+	// bloom filters answer most lookups without reading a data block.
+	it, err := l.s.db.NewIter(&pebble.IterOptions{
+		LowerBound:   logKey(kindIDIndex, l.id, 0),
+		UpperBound:   logKey(kindIDIndex, l.id+1, 0),
+		UseL6Filters: true,
+	})
+	if err != nil {
+		for _, r := range group {
+			r.err = fmt.Errorf("ledger: %s: %w", l.name, err)
+			close(r.done)
+		}
+		return
+	}
+	for _, r := range group {
+		r.err = l.resolve(r, it, pending, &fresh)
+	}
+	it.Close()
+	if len(fresh) > 0 {
+		start := time.Now()
+		if err := l.commit(fresh); err != nil {
+			l.s.log.Error("ledger commit failed; reloading log state", "log", l.name, "err", err)
+			if rerr := l.reload(); rerr != nil {
+				err = fmt.Errorf("%w: %s: %v (reload: %v)", ErrFailed, l.name, err, rerr)
+				l.failed.Store(&err)
+				l.s.log.Error("log stopped", "log", l.name, "err", err)
+			}
+			for _, r := range group {
+				if r.err == nil {
+					r.err = fmt.Errorf("ledger: append to %s: %w", l.name, err)
+				}
+				r.res = nil
+				close(r.done)
+			}
+			return
+		}
+		m.commitLat.Observe(time.Since(start).Seconds())
+		m.batch.Observe(float64(len(fresh)))
+		m.appended.WithLabelValues(l.name).Add(float64(len(fresh)))
+		m.size.WithLabelValues(l.name).Set(float64(l.w.size))
+	}
+	now := time.Now()
+	for _, r := range group {
+		if r.err == nil {
+			r.res.Size = l.w.size
+			l.w.awaiting = append(l.w.awaiting, awaiting{size: l.w.size, enq: r.enq})
+			m.appendLat.Observe(now.Sub(r.enq).Seconds())
+		}
+		close(r.done)
+	}
+}
+
+// resolve assigns each entry of r a new index or finds it already held.
+// New entries join fresh only if the whole request is accepted.
+func (l *Log) resolve(r *appendReq, ids *pebble.Iterator, pending map[string]*item, fresh *[]*item) error {
+	res := &AppendResult{Entries: make([]Appended, len(r.items))}
+	var mine []*item
+	local := map[string]*item{}
+	dups := 0
+	next := l.w.size + uint64(len(*fresh))
+	for i := range r.items {
+		it := &r.items[i]
+		a := &res.Entries[i]
+		a.ID = it.leaf.ID
+		prior, ok := local[it.leaf.ID]
+		if !ok {
+			prior, ok = pending[it.leaf.ID]
+		}
+		if !ok && l.w.ids.mayContain(idIndexKey(l.id, it.leaf.ID)[5:]) {
+			rec, err := l.seekID(ids, it.leaf.ID)
+			if err != nil && !errors.Is(err, ErrNotFound) {
+				return err
+			}
+			if rec != nil {
+				prior, ok = &item{leaf: rec.Leaf, hash: rec.LeafHash, index: rec.Index}, true
+			}
+		}
+		if ok {
+			if !sameContent(&prior.leaf, &it.leaf) {
+				l.s.metrics.violations.WithLabelValues(l.name, "id_conflict").Inc()
+				l.s.metrics.conflicts.WithLabelValues(l.name, "id_conflict").Inc()
+				l.s.log.Warn("integrity violation: event id reused with different content", "log", l.name, "id", it.leaf.ID, "index", prior.index)
+				return &ConflictError{Log: l.name, ID: it.leaf.ID, Index: prior.index, Item: i}
+			}
+			a.Index, a.LeafHash, a.Duplicate = prior.index, prior.hash, true
+			dups++
+			continue
+		}
+		it.index = next + uint64(len(mine))
+		a.Index, a.LeafHash = it.index, it.hash
+		local[it.leaf.ID] = it
+		mine = append(mine, it)
+	}
+	for _, it := range mine {
+		pending[it.leaf.ID] = it
+	}
+	*fresh = append(*fresh, mine...)
+	if dups > 0 {
+		l.s.metrics.duplicates.WithLabelValues(l.name).Add(float64(dups))
+	}
+	r.res = res
+	return nil
+}
+
+// commit writes fresh entries, their index keys, the tiles they touch and
+// the log's new size and root in one synced batch.
+func (l *Log) commit(fresh []*item) error {
+	w := &l.w
+	b := l.s.db.NewBatchWithSize(len(fresh) * (len(fresh[0].stored) + 96))
+	defer b.Close()
+	w.batch, w.visitErr = b, nil
+	var ib [binary.MaxVarintLen64]byte
+	for _, it := range fresh {
+		if err := w.rng.Append(it.hash[:], l.visit); err != nil {
+			return err
+		}
+		_ = b.Set(entryKey(l.id, it.index), it.stored, nil)
+		iv := ib[:binary.PutUvarint(ib[:], it.index)]
+		ik := idIndexKey(l.id, it.leaf.ID)
+		_ = b.Merge(ik, iv, nil)
+		w.ids.add(ik[5:])
+		_ = b.Merge(hashIndexKey(l.id, it.hash[:]), iv, nil)
+	}
+	if w.visitErr != nil {
+		return w.visitErr
+	}
+	for _, t := range w.tiles {
+		if t.dirty {
+			_ = b.Set(tileKey(l.id, t.level, t.n), t.value(), nil)
+			t.dirty = false
+		}
+	}
+	root, err := w.rng.GetRootHash(nil)
+	if err != nil {
+		return err
+	}
+	size := w.rng.End()
+	var r merkle.Hash
+	copy(r[:], root)
+	_ = b.Set(metaKey(l.id), encodeMeta(logMeta{name: l.name, size: size, root: r}), nil)
+	if err := b.Commit(pebble.Sync); err != nil {
+		return err
+	}
+	w.size, w.root = size, r
+	l.committed.Store(&treeState{size: size, root: r})
+	return nil
+}
+
+// visit records the new tree nodes that tiles store.
+func (l *Log) visit(id compact.NodeID, h []byte) {
+	w := &l.w
+	sub := id.Level % tileHeight
+	if sub != 0 && sub != midLevel {
+		return
+	}
+	lvl := int(id.Level / tileHeight)
+	for len(w.tiles) <= lvl {
+		w.tiles = append(w.tiles, &tileBuf{level: uint8(len(w.tiles))})
+	}
+	t := w.tiles[lvl]
+	var hash merkle.Hash
+	copy(hash[:], h)
+	if sub == midLevel {
+		if id.Index/midStride != t.n || uint64(len(t.mid)) != id.Index%midStride {
+			w.visitErr = fmt.Errorf("ledger: node %d/%d out of order in tile %d/%d", id.Level, id.Index, lvl, t.n)
+			return
+		}
+		t.mid = append(t.mid, hash)
+		return
+	}
+	if n := id.Index / tileWidth; n != t.n {
+		// The previous tile is full: write it out and start the next.
+		if t.dirty {
+			_ = w.batch.Set(tileKey(l.id, uint8(lvl), t.n), t.value(), nil)
+		}
+		*t = tileBuf{level: uint8(lvl), n: n, base: make([]merkle.Hash, 0, tileWidth), mid: make([]merkle.Hash, 0, tileWidth/midStride)}
+	}
+	if uint64(len(t.base)) != id.Index%tileWidth {
+		w.visitErr = fmt.Errorf("ledger: node %d/%d out of order in tile %d/%d", id.Level, id.Index, lvl, t.n)
+		return
+	}
+	t.base = append(t.base, hash)
+	t.dirty = true
+}
+
+// load rebuilds the writer state and the latest checkpoint from storage.
+func (l *Log) load() error {
+	v, closer, err := l.s.db.Get(metaKey(l.id))
+	if err != nil {
+		return err
+	}
+	m, err := decodeMeta(v)
+	closer.Close()
+	if err != nil {
+		return err
+	}
+	r := hashReader{db: l.s.db, log: l.id}
+	rng, err := merkle.RangeAt(m.size, r)
+	if err != nil {
+		return fmt.Errorf("rebuild tree of size %d: %w", m.size, err)
+	}
+	root := merkle.EmptyRoot()
+	if m.size > 0 {
+		rb, err := rng.GetRootHash(nil)
+		if err != nil {
+			return err
+		}
+		copy(root[:], rb)
+	}
+	if root != m.root {
+		return fmt.Errorf("root of the stored tiles %s does not match the recorded root %s at size %d", root, m.root, m.size)
+	}
+	var tiles []*tileBuf
+	for lvl := 0; m.size>>(tileHeight*lvl) > 0; lvl++ {
+		count := m.size >> (tileHeight * lvl)
+		t := &tileBuf{level: uint8(lvl), n: count / tileWidth}
+		if w := int(count % tileWidth); w > 0 {
+			v, closer, err := l.s.db.Get(tileKey(l.id, uint8(lvl), t.n))
+			if err != nil {
+				return fmt.Errorf("read tile %d/%d: %w", lvl, t.n, err)
+			}
+			base, mid, err := decodeTile(v)
+			closer.Close()
+			if err != nil {
+				return err
+			}
+			if len(base) < w {
+				return fmt.Errorf("tile %d/%d has %d hashes, want %d", lvl, t.n, len(base), w)
+			}
+			t.base, t.mid = base[:w], mid[:w/midStride]
+		}
+		tiles = append(tiles, t)
+	}
+	cp, err := l.latestStoredCheckpoint()
+	if err != nil {
+		return err
+	}
+	if cp != nil {
+		if cp.Size > m.size {
+			return fmt.Errorf("checkpoint at size %d is beyond the stored tree of size %d", cp.Size, m.size)
+		}
+		at, err := merkle.RootHash(cp.Size, r)
+		if err != nil {
+			return err
+		}
+		if at != cp.Root {
+			return fmt.Errorf("latest checkpoint (size %d, root %s) does not match the stored tree (root %s)", cp.Size, cp.Root, at)
+		}
+		l.cp.Store(cp)
+	}
+	var ids idFilter
+	if err := l.scanIDs(&ids); err != nil {
+		return err
+	}
+	l.w = writer{size: m.size, root: root, rng: rng, tiles: tiles, ids: ids}
+	l.committed.Store(&treeState{size: m.size, root: root})
+	l.s.metrics.size.WithLabelValues(l.name).Set(float64(m.size))
+	return nil
+}
+
+// scanIDs adds every id-index key of the log to f.
+func (l *Log) scanIDs(f *idFilter) error {
+	it, err := l.s.db.NewIter(&pebble.IterOptions{LowerBound: logKey(kindIDIndex, l.id, 0), UpperBound: logKey(kindIDIndex, l.id+1, 0)})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for it.First(); it.Valid(); it.Next() {
+		f.add(it.Key()[5:])
+	}
+	return it.Error()
+}
+
+// reload restores the writer state from storage after a failed commit.
+func (l *Log) reload() error {
+	last := l.w.lastSign
+	aw := l.w.awaiting
+	if err := l.load(); err != nil {
+		return err
+	}
+	l.w.lastSign, l.w.awaiting = last, aw
+	return nil
+}
+
+func (l *Log) latestStoredCheckpoint() (*SignedCheckpoint, error) {
+	it, err := l.s.db.NewIter(&pebble.IterOptions{LowerBound: checkpointKey(l.id, 0), UpperBound: checkpointKey(l.id+1, 0)[:5]})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	if !it.Last() {
+		return nil, it.Error()
+	}
+	return l.parseCheckpoint(it.Value())
+}
+
+func (l *Log) parseCheckpoint(note []byte) (*SignedCheckpoint, error) {
+	c, err := merkle.OpenCheckpoint(note, l.s.verifier, l.Origin())
+	if err != nil {
+		return nil, fmt.Errorf("stored checkpoint: %w", err)
+	}
+	return &SignedCheckpoint{Checkpoint: c, Note: append([]byte(nil), note...)}, nil
+}
+
+// sign signs, stores and publishes a checkpoint of the committed tree.
+func (l *Log) sign() {
+	w := &l.w
+	c := merkle.Checkpoint{Origin: l.Origin(), Size: w.size, Root: w.root}
+	n, err := c.Sign(l.s.signer)
+	if err == nil {
+		err = l.s.db.Set(checkpointKey(l.id, c.Size), n, pebble.Sync)
+	}
+	if err != nil {
+		// The tree is durable; the next interval tries again.
+		l.s.log.Error("checkpoint not signed", "log", l.name, "size", c.Size, "err", err)
+		w.lastSign = time.Now()
+		return
+	}
+	now := time.Now()
+	w.lastSign = now
+	l.cp.Store(&SignedCheckpoint{Checkpoint: c, Note: n})
+	l.cpMu.Lock()
+	close(l.cpNext)
+	l.cpNext = make(chan struct{})
+	l.cpMu.Unlock()
+	m := l.s.metrics
+	m.checkpoints.WithLabelValues(l.name).Inc()
+	k := 0
+	for _, a := range w.awaiting {
+		if a.size <= c.Size {
+			m.cpLat.Observe(now.Sub(a.enq).Seconds())
+			continue
+		}
+		w.awaiting[k] = a
+		k++
+	}
+	w.awaiting = w.awaiting[:k]
+}

@@ -1,0 +1,175 @@
+package ledger
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/auditd/auditd/merkle"
+)
+
+// Entry returns the entry at index.
+func (l *Log) Entry(index uint64) (*Record, error) {
+	if size := l.Size(); index >= size {
+		return nil, fmt.Errorf("%w: index %d, tree size %d", ErrRange, index, size)
+	}
+	return l.readEntry(index)
+}
+
+func (l *Log) readEntry(index uint64) (*Record, error) {
+	v, closer, err := l.s.db.Get(entryKey(l.id, index))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, fmt.Errorf("ledger: %s: entry %d missing from storage", l.name, index)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ledger: read %s/%d: %w", l.name, index, err)
+	}
+	defer closer.Close()
+	return decodeStored(l.name, index, v)
+}
+
+// EntryByID returns the entry with the given event id, or ErrNotFound.
+func (l *Log) EntryByID(id string) (*Record, error) {
+	rec, err := l.lookupID(id, l.Size())
+	if err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+// lookupID finds the entry with the given id below size.
+func (l *Log) lookupID(id string, size uint64) (*Record, error) {
+	idx, err := l.indexes(idIndexKey(l.id, id))
+	if err != nil {
+		return nil, err
+	}
+	return l.matchID(idx, id, size)
+}
+
+// matchID returns the entry among idx (below size) whose id is id.
+func (l *Log) matchID(idx []uint64, id string, size uint64) (*Record, error) {
+	for _, i := range idx {
+		if i >= size {
+			continue
+		}
+		rec, err := l.readEntry(i)
+		if err != nil {
+			return nil, err
+		}
+		if rec.Leaf.ID == id {
+			return rec, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: id %q in %s", ErrNotFound, id, l.name)
+}
+
+// seekID is lookupID for the writer, through an iterator it reuses.
+func (l *Log) seekID(it *pebble.Iterator, id string) (*Record, error) {
+	key := idIndexKey(l.id, id)
+	if !it.SeekPrefixGE(key) || !bytes.Equal(it.Key(), key) {
+		if err := it.Error(); err != nil {
+			return nil, fmt.Errorf("ledger: %s: read index: %w", l.name, err)
+		}
+		return nil, ErrNotFound
+	}
+	idx, ok := decodeIndexes(it.Value())
+	if !ok {
+		return nil, fmt.Errorf("ledger: %s: corrupt index value", l.name)
+	}
+	return l.matchID(idx, id, ^uint64(0))
+}
+
+// IndexByLeafHash returns the index of the leaf with the given hash.
+func (l *Log) IndexByLeafHash(h merkle.Hash) (uint64, error) {
+	idx, err := l.indexes(hashIndexKey(l.id, h[:]))
+	if err != nil {
+		return 0, err
+	}
+	size := l.Size()
+	r := hashReader{db: l.s.db, log: l.id}
+	for _, i := range idx {
+		if i >= size {
+			continue
+		}
+		got, err := r.ReadHashes([]merkle.NodeID{merkle.NodeID{Level: 0, Index: i}})
+		if err != nil {
+			return 0, err
+		}
+		if got[0] == h {
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: leaf hash %s in %s", ErrNotFound, h, l.name)
+}
+
+func (l *Log) indexes(key []byte) ([]uint64, error) {
+	v, closer, err := l.s.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ledger: %s: read index: %w", l.name, err)
+	}
+	defer closer.Close()
+	idx, ok := decodeIndexes(v)
+	if !ok {
+		return nil, fmt.Errorf("ledger: %s: corrupt index value", l.name)
+	}
+	return idx, nil
+}
+
+// HashReader returns a reader of the log's tree hashes. It reads only
+// committed state; callers must ask only for nodes below Size().
+func (l *Log) HashReader() merkle.HashReader { return hashReader{db: l.s.db, log: l.id} }
+
+// InclusionProof proves that entry index is in the tree of the given size.
+func (l *Log) InclusionProof(index, size uint64) ([]merkle.Hash, error) {
+	if cur := l.Size(); size > cur {
+		return nil, fmt.Errorf("%w: tree size %d is beyond the log's size %d", ErrRange, size, cur)
+	}
+	return merkle.ProveInclusion(index, size, l.HashReader())
+}
+
+// ConsistencyProof proves that the tree of size to extends the tree of size
+// from.
+func (l *Log) ConsistencyProof(from, to uint64) ([]merkle.Hash, error) {
+	if cur := l.Size(); to > cur {
+		return nil, fmt.Errorf("%w: tree size %d is beyond the log's size %d", ErrRange, to, cur)
+	}
+	return merkle.ProveConsistency(from, to, l.HashReader())
+}
+
+// RootAt returns the root hash of the tree of the given size.
+func (l *Log) RootAt(size uint64) (merkle.Hash, error) {
+	if cur := l.Size(); size > cur {
+		return merkle.Hash{}, fmt.Errorf("%w: tree size %d is beyond the log's size %d", ErrRange, size, cur)
+	}
+	return merkle.RootHash(size, l.HashReader())
+}
+
+// Checkpoints returns the stored signed checkpoints with sizes in [from,
+// to], oldest first, at most limit of them (0: no limit).
+func (l *Log) Checkpoints(from, to uint64, limit int) ([]*SignedCheckpoint, error) {
+	upper := checkpointKey(l.id, to)
+	if to == ^uint64(0) {
+		upper = checkpointKey(l.id+1, 0)[:5]
+	} else {
+		upper = checkpointKey(l.id, to+1)
+	}
+	it, err := l.s.db.NewIter(&pebble.IterOptions{LowerBound: checkpointKey(l.id, from), UpperBound: upper})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	var out []*SignedCheckpoint
+	for it.First(); it.Valid() && (limit <= 0 || len(out) < limit); it.Next() {
+		cp, err := l.parseCheckpoint(it.Value())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, cp)
+	}
+	return out, it.Error()
+}

@@ -1,0 +1,329 @@
+// Package ledger keeps auditd's append-only logs in Pebble. Each named log is
+// an RFC 6962 Merkle tree over its entries: entries and payloads, tree hashes
+// in C2SP tlog-tiles, an index from event id and from leaf hash to leaf index,
+// and the history of its signed checkpoints.
+//
+// Appends to a log are grouped, written in one synced Pebble batch, and only
+// then acknowledged. A checkpoint is signed when the log has grown, at most
+// once per checkpoint interval, and only over durable state, so every signed
+// checkpoint is consistent with every later one.
+package ledger
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/mod/sumdb/note"
+
+	"github.com/auditd/auditd/merkle"
+)
+
+// Errors callers branch on.
+var (
+	ErrLogNotFound = errors.New("ledger: log not found")
+	ErrNotFound    = errors.New("ledger: entry not found")
+	ErrRange       = merkle.ErrRange
+	ErrClosed      = errors.New("ledger: closed")
+	ErrInvalid     = errors.New("ledger: invalid entry")
+	ErrConflict    = errors.New("ledger: event id already holds different content")
+	ErrLogName     = errors.New("ledger: invalid log name")
+	ErrFailed      = errors.New("ledger: log failed")
+)
+
+// ConflictError reports an event id that the log already holds with
+// different content. The request that carried it was refused as a whole.
+type ConflictError struct {
+	Log   string
+	ID    string
+	Index uint64 // where the log holds the id
+	Item  int    // position of the conflicting event in the request
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("ledger: %s: event %d: id %q is already entry %d with different content", e.Log, e.Item, e.ID, e.Index)
+}
+
+// Is makes errors.Is(err, ErrConflict) true.
+func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
+
+// validName is what a log name may be: it appears in URLs and checkpoint
+// origins.
+var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// ValidLogName reports whether name can name a log.
+func ValidLogName(name string) bool { return validName.MatchString(name) }
+
+type options struct {
+	checkpointInterval time.Duration
+	maxBatch           int
+	batchDelay         time.Duration
+	cacheBytes         int64
+	logger             *slog.Logger
+}
+
+// Option configures a Store.
+type Option func(*options)
+
+// WithCheckpointInterval sets the least time between two checkpoints of one
+// log (default 100ms).
+func WithCheckpointInterval(d time.Duration) Option {
+	return func(o *options) { o.checkpointInterval = d }
+}
+
+// WithMaxBatch bounds the entries of one group commit (default 16384).
+func WithMaxBatch(n int) Option { return func(o *options) { o.maxBatch = n } }
+
+// WithBatchDelay lets a group commit wait up to d for more requests after the
+// first (default 0: take what is queued and commit).
+func WithBatchDelay(d time.Duration) Option { return func(o *options) { o.batchDelay = d } }
+
+// WithCacheSize sets Pebble's block cache size in bytes (default 128 MiB).
+func WithCacheSize(n int64) Option { return func(o *options) { o.cacheBytes = n } }
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// Store holds many named logs in one Pebble database.
+type Store struct {
+	db       *pebble.DB
+	signer   note.Signer
+	verifier note.Verifier
+	opts     options
+	log      *slog.Logger
+	metrics  *metrics
+	quit     chan struct{}
+	wg       sync.WaitGroup
+
+	mu     sync.Mutex
+	logs   map[string]*Log
+	nextID uint32
+	closed bool
+}
+
+// Open opens (creating if needed) the store in dir. Checkpoints are signed
+// with signer, whose verifier is v; a log's checkpoint origin is
+// "<signer name>/<log name>".
+func Open(dir string, signer note.Signer, v note.Verifier, opts ...Option) (*Store, error) {
+	if signer == nil || v == nil || signer.Name() != v.Name() || signer.KeyHash() != v.KeyHash() {
+		return nil, errors.New("ledger: signer and verifier do not belong to one key")
+	}
+	o := options{checkpointInterval: 100 * time.Millisecond, maxBatch: 16384, cacheBytes: 128 << 20, logger: slog.Default()}
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.maxBatch < 1 {
+		o.maxBatch = 1
+	}
+	// Pebble charges memtables to the block cache, so the cache is sized
+	// for both: cacheBytes for blocks plus up to two memtables.
+	const memtable = 64 << 20
+	cache := pebble.NewCache(o.cacheBytes + 2*memtable)
+	defer cache.Unref()
+	po := &pebble.Options{
+		Cache:        cache,
+		Merger:       concatMerger,
+		MemTableSize: memtable,
+		Logger:       pebbleLogger{o.logger},
+	}
+	po.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionBalanced })
+	for i := range po.Levels {
+		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+	}
+	po.EnsureDefaults()
+	db, err := pebble.Open(dir, po)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: open %s: %w", dir, err)
+	}
+	s := &Store{db: db, signer: signer, verifier: v, opts: o, log: o.logger, metrics: newMetrics(), quit: make(chan struct{}), logs: map[string]*Log{}, nextID: 1}
+	if err := s.loadLogs(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Collectors returns the ledger's Prometheus collectors.
+func (s *Store) Collectors() []prometheus.Collector { return s.metrics.collectors() }
+
+// Origin returns the checkpoint origin of the named log.
+func (s *Store) Origin(log string) string { return s.signer.Name() + "/" + log }
+
+func (s *Store) loadLogs() error {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{kindMeta}, UpperBound: []byte{kindMeta + 1}})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for it.First(); it.Valid(); it.Next() {
+		id := binary.BigEndian.Uint32(it.Key()[1:])
+		m, err := decodeMeta(it.Value())
+		if err != nil {
+			return fmt.Errorf("ledger: log %d metadata: %w", id, err)
+		}
+		l := newLog(s, m.name, id)
+		if err := l.load(); err != nil {
+			return fmt.Errorf("ledger: load log %s: %w", m.name, err)
+		}
+		s.logs[m.name] = l
+		if id >= s.nextID {
+			s.nextID = id + 1
+		}
+	}
+	if err := it.Error(); err != nil {
+		return err
+	}
+	for _, l := range s.logs {
+		s.start(l)
+	}
+	return nil
+}
+
+func (s *Store) start(l *Log) {
+	s.wg.Add(1)
+	go l.run()
+}
+
+// Log returns the named log, or ErrLogNotFound.
+func (s *Store) Log(name string) (*Log, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l, ok := s.logs[name]; ok {
+		return l, nil
+	}
+	return nil, fmt.Errorf("%w: %q", ErrLogNotFound, name)
+}
+
+// CreateLog returns the named log, creating it if it does not exist.
+func (s *Store) CreateLog(name string) (*Log, error) {
+	if !ValidLogName(name) {
+		return nil, fmt.Errorf("%w: %q (want 1-128 of A-Z a-z 0-9 . _ -, starting with a letter or digit)", ErrLogName, name)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	if l, ok := s.logs[name]; ok {
+		return l, nil
+	}
+	id := s.nextID
+	b := s.db.NewBatch()
+	_ = b.Set(nameKey(name), binary.BigEndian.AppendUint32(nil, id), nil)
+	_ = b.Set(metaKey(id), encodeMeta(logMeta{name: name, root: merkle.EmptyRoot()}), nil)
+	if err := b.Commit(pebble.Sync); err != nil {
+		return nil, fmt.Errorf("ledger: create log %s: %w", name, err)
+	}
+	s.nextID++
+	l := newLog(s, name, id)
+	l.w.root = merkle.EmptyRoot()
+	l.w.rng = merkle.NewRange()
+	s.logs[name] = l
+	s.metrics.size.WithLabelValues(name).Set(0)
+	s.start(l)
+	s.log.Info("log created", "log", name)
+	return l, nil
+}
+
+// LogInfo summarises a log.
+type LogInfo struct {
+	Name string
+	Size uint64
+	Root merkle.Hash
+}
+
+// Logs lists the logs in name order, with their committed sizes and roots.
+func (s *Store) Logs() []LogInfo {
+	s.mu.Lock()
+	ls := make([]*Log, 0, len(s.logs))
+	for _, l := range s.logs {
+		ls = append(ls, l)
+	}
+	s.mu.Unlock()
+	sort.Slice(ls, func(i, j int) bool { return ls[i].name < ls[j].name })
+	out := make([]LogInfo, len(ls))
+	for i, l := range ls {
+		st := l.state()
+		out[i] = LogInfo{Name: l.name, Size: st.size, Root: st.root}
+	}
+	return out
+}
+
+// Close stops the writers (each signs a last checkpoint if its log grew),
+// then closes the database.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	close(s.quit)
+	s.wg.Wait()
+	return s.db.Close()
+}
+
+// DiskUsage reports the bytes Pebble holds on disk and by kind of key
+// (estimated from table properties of the key ranges).
+func (s *Store) DiskUsage() (total uint64, byKind map[string]uint64, err error) {
+	byKind = map[string]uint64{}
+	kinds := map[byte]string{kindEntry: "entries", kindIDIndex: "id index", kindHashIndex: "leaf hash index", kindTile: "tiles", kindCheckpoint: "checkpoints", kindMeta: "metadata"}
+	for k, name := range kinds {
+		n, err := s.db.EstimateDiskUsage([]byte{k}, []byte{k + 1})
+		if err != nil {
+			return 0, nil, err
+		}
+		byKind[name] = n
+	}
+	return s.db.Metrics().DiskSpaceUsage(), byKind, nil
+}
+
+// Compact compacts the whole keyspace (used before measuring storage).
+func (s *Store) Compact() error {
+	return s.db.Compact(nil, []byte{0}, []byte{0xff}, true)
+}
+
+type logMeta struct {
+	name string
+	size uint64
+	root merkle.Hash
+}
+
+func encodeMeta(m logMeta) []byte {
+	b := binary.BigEndian.AppendUint64(nil, m.size)
+	b = append(b, m.root[:]...)
+	return append(b, m.name...)
+}
+
+func decodeMeta(b []byte) (logMeta, error) {
+	if len(b) < 8+merkle.HashSize+1 {
+		return logMeta{}, errors.New("short metadata")
+	}
+	var m logMeta
+	m.size = binary.BigEndian.Uint64(b)
+	copy(m.root[:], b[8:])
+	m.name = string(b[8+merkle.HashSize:])
+	return m, nil
+}
+
+type pebbleLogger struct{ l *slog.Logger }
+
+func (p pebbleLogger) Infof(format string, args ...any) {
+	p.l.Debug(fmt.Sprintf(format, args...), "component", "pebble")
+}
+func (p pebbleLogger) Errorf(format string, args ...any) {
+	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
+}
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
+	panic(fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,132 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/auditd/auditd/merkle"
+)
+
+// Tiles follow C2SP tlog-tiles: a tile at tile level t holds up to 256
+// consecutive hashes of tree level 8t. A stored tile value is those hashes
+// followed by the complete hashes of tree level 8t+4 below them (one per 16
+// base hashes), so that any node inside a tile is at most 15 hash operations
+// away and a proof costs one point read per tile level.
+const (
+	tileHeight = 8
+	tileWidth  = 1 << tileHeight
+	midLevel   = 4
+	midStride  = 1 << midLevel
+)
+
+// tileBuf is the rightmost, growing tile of one tile level, held in memory by
+// the writer.
+type tileBuf struct {
+	level uint8
+	n     uint64 // tile index
+	base  []merkle.Hash
+	mid   []merkle.Hash
+	dirty bool
+}
+
+func (t *tileBuf) value() []byte {
+	v := make([]byte, 0, (len(t.base)+len(t.mid))*merkle.HashSize)
+	for i := range t.base {
+		v = append(v, t.base[i][:]...)
+	}
+	for i := range t.mid {
+		v = append(v, t.mid[i][:]...)
+	}
+	return v
+}
+
+// decodeTile splits a stored tile value into its base and mid hashes.
+func decodeTile(v []byte) (base, mid []merkle.Hash, err error) {
+	if len(v)%merkle.HashSize != 0 {
+		return nil, nil, fmt.Errorf("ledger: tile of %d bytes", len(v))
+	}
+	n := len(v) / merkle.HashSize
+	w := n - n/(midStride+1)
+	if w+w/midStride != n || w > tileWidth {
+		return nil, nil, fmt.Errorf("ledger: tile of %d hashes", n)
+	}
+	hs := make([]merkle.Hash, n)
+	for i := range hs {
+		copy(hs[i][:], v[i*merkle.HashSize:])
+	}
+	return hs[:w], hs[w:], nil
+}
+
+// subtreeHash reduces a power-of-two run of hashes to the root of the perfect
+// tree over them.
+func subtreeHash(hs []merkle.Hash) merkle.Hash {
+	if len(hs) == 1 {
+		return hs[0]
+	}
+	buf := append([]merkle.Hash(nil), hs...)
+	for n := len(buf); n > 1; n /= 2 {
+		for i := 0; i < n/2; i++ {
+			buf[i] = merkle.NodeHash(buf[2*i], buf[2*i+1])
+		}
+	}
+	return buf[0]
+}
+
+var errMissingHash = errors.New("ledger: tree hash missing from storage")
+
+// hashReader reads node hashes from the tiles of one log.
+type hashReader struct {
+	db  pebble.Reader
+	log uint32
+}
+
+type tileID struct {
+	level uint8
+	n     uint64
+}
+
+// ReadHashes implements merkle.HashReader. Each tile is read once per call.
+func (r hashReader) ReadHashes(ids []merkle.NodeID) ([]merkle.Hash, error) {
+	type tile struct{ base, mid []merkle.Hash }
+	tiles := make(map[tileID]tile, 4)
+	out := make([]merkle.Hash, len(ids))
+	for i, id := range ids {
+		t := uint8(id.Level / tileHeight)
+		sub := id.Level % tileHeight
+		first := id.Index << sub // first hash at tree level 8t
+		tid := tileID{t, first / tileWidth}
+		tl, ok := tiles[tid]
+		if !ok {
+			v, closer, err := r.db.Get(tileKey(r.log, tid.level, tid.n))
+			if errors.Is(err, pebble.ErrNotFound) {
+				return nil, fmt.Errorf("%w: tile %d/%d for node %d/%d", errMissingHash, tid.level, tid.n, id.Level, id.Index)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("ledger: read tile: %w", err)
+			}
+			tl.base, tl.mid, err = decodeTile(v)
+			closer.Close()
+			if err != nil {
+				return nil, err
+			}
+			tiles[tid] = tl
+		}
+		off := int(first % tileWidth)
+		var run []merkle.Hash
+		if sub >= midLevel {
+			moff, cnt := off/midStride, 1<<(sub-midLevel)
+			if moff+cnt <= len(tl.mid) {
+				run = tl.mid[moff : moff+cnt]
+			}
+		} else if cnt := 1 << sub; off+cnt <= len(tl.base) {
+			run = tl.base[off : off+cnt]
+		}
+		if run == nil {
+			return nil, fmt.Errorf("%w: node %d/%d beyond tile %d/%d of width %d", errMissingHash, id.Level, id.Index, tid.level, tid.n, len(tl.base))
+		}
+		out[i] = subtreeHash(run)
+	}
+	return out, nil
+}

@@ -1,0 +1,236 @@
+package merkle
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+)
+
+// LeafVersion is the version byte that starts every leaf this package encodes.
+const LeafVersion = 1
+
+// Limits of the leaf encoding.
+const (
+	MaxLogName = 255     // bytes, 1-byte length prefix
+	MaxID      = 1 << 10 // bytes; the encoding allows 65535, auditd accepts 1024
+	MaxKey     = 1<<16 - 1
+	MaxTopic   = 1<<16 - 1
+)
+
+// Leaf flag bits.
+const (
+	flagKey          = 1 << 0
+	flagTimeAssigned = 1 << 1
+	flagSource       = 1 << 2
+	flagsKnown       = flagKey | flagTimeAssigned | flagSource
+)
+
+// Source is the position of an entry in the log it was read from.
+type Source struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+}
+
+// Leaf is what a ledger leaf commits to: the entry header and the SHA-256 of
+// the payload. Its encoding is specified in docs/ledger-format.md:
+//
+//	leaf    = version(1) log id flags [key] time [source] payload_sha256
+//	version = 0x01
+//	log     = u8 length, bytes (1..255)
+//	id      = u16 length, bytes (1..1024)
+//	flags   = u8: bit 0 key present, bit 1 time assigned by auditd on arrival,
+//	          bit 2 source position present; other bits zero
+//	key     = u16 length, bytes                      (if bit 0)
+//	time    = i64 Unix nanoseconds, UTC
+//	source  = u16 length, topic bytes; i32 partition; i64 offset   (if bit 2)
+//	payload_sha256 = 32 bytes
+//
+// Integers are big-endian. Strings are UTF-8.
+type Leaf struct {
+	Log string
+	ID  string
+	// HasKey distinguishes an empty key from none.
+	HasKey bool
+	Key    []byte
+	// Time is the event time in Unix nanoseconds.
+	Time int64
+	// TimeAssigned says auditd stamped Time on arrival because the producer
+	// gave none.
+	TimeAssigned bool
+	// Source is the position in the source log, if the entry came from one.
+	Source        *Source
+	PayloadSHA256 Hash
+}
+
+// ErrLeaf reports a leaf that does not encode or decode.
+var ErrLeaf = errors.New("merkle: malformed leaf")
+
+// Validate checks the leaf's fields against the limits of the encoding.
+func (l *Leaf) Validate() error {
+	switch {
+	case l.Log == "" || len(l.Log) > MaxLogName:
+		return fmt.Errorf("%w: log name of %d bytes (want 1..%d)", ErrLeaf, len(l.Log), MaxLogName)
+	case l.ID == "" || len(l.ID) > MaxID:
+		return fmt.Errorf("%w: id of %d bytes (want 1..%d)", ErrLeaf, len(l.ID), MaxID)
+	case !utf8.ValidString(l.Log) || !utf8.ValidString(l.ID):
+		return fmt.Errorf("%w: log name and id must be UTF-8", ErrLeaf)
+	case len(l.Key) > MaxKey:
+		return fmt.Errorf("%w: key of %d bytes (max %d)", ErrLeaf, len(l.Key), MaxKey)
+	case !l.HasKey && len(l.Key) > 0:
+		return fmt.Errorf("%w: key bytes without HasKey", ErrLeaf)
+	case l.Source != nil && len(l.Source.Topic) > MaxTopic:
+		return fmt.Errorf("%w: topic of %d bytes (max %d)", ErrLeaf, len(l.Source.Topic), MaxTopic)
+	}
+	return nil
+}
+
+// Size returns the length of the leaf's encoding.
+func (l *Leaf) Size() int {
+	n := 1 + 1 + len(l.Log) + 2 + len(l.ID) + 1 + 8 + HashSize
+	if l.HasKey {
+		n += 2 + len(l.Key)
+	}
+	if l.Source != nil {
+		n += 2 + len(l.Source.Topic) + 4 + 8
+	}
+	return n
+}
+
+// Append appends the leaf's encoding to b. The leaf must be valid.
+func (l *Leaf) Append(b []byte) ([]byte, error) {
+	if err := l.Validate(); err != nil {
+		return b, err
+	}
+	var flags byte
+	if l.HasKey {
+		flags |= flagKey
+	}
+	if l.TimeAssigned {
+		flags |= flagTimeAssigned
+	}
+	if l.Source != nil {
+		flags |= flagSource
+	}
+	b = append(b, LeafVersion, byte(len(l.Log)))
+	b = append(b, l.Log...)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(l.ID)))
+	b = append(b, l.ID...)
+	b = append(b, flags)
+	if l.HasKey {
+		b = binary.BigEndian.AppendUint16(b, uint16(len(l.Key)))
+		b = append(b, l.Key...)
+	}
+	b = binary.BigEndian.AppendUint64(b, uint64(l.Time))
+	if s := l.Source; s != nil {
+		b = binary.BigEndian.AppendUint16(b, uint16(len(s.Topic)))
+		b = append(b, s.Topic...)
+		b = binary.BigEndian.AppendUint32(b, uint32(s.Partition))
+		b = binary.BigEndian.AppendUint64(b, uint64(s.Offset))
+	}
+	return append(b, l.PayloadSHA256[:]...), nil
+}
+
+// MarshalBinary returns the leaf's encoding.
+func (l *Leaf) MarshalBinary() ([]byte, error) { return l.Append(make([]byte, 0, l.Size())) }
+
+// Hash returns the leaf's RFC 6962 leaf hash.
+func (l *Leaf) Hash() (Hash, error) {
+	var buf [256]byte
+	b, err := l.Append(buf[:0])
+	if err != nil {
+		return Hash{}, err
+	}
+	return LeafHash(b), nil
+}
+
+// UnmarshalBinary decodes a leaf. It accepts exactly the encodings Append
+// produces: unknown versions or flag bits, short or trailing bytes, and fields
+// out of range are errors.
+func (l *Leaf) UnmarshalBinary(data []byte) error {
+	d := leafDecoder{b: data}
+	if v := d.u8(); v != LeafVersion {
+		if d.err != nil {
+			return d.err
+		}
+		return fmt.Errorf("%w: unknown version %d", ErrLeaf, v)
+	}
+	var out Leaf
+	out.Log = string(d.bytes(int(d.u8())))
+	out.ID = string(d.bytes(int(d.u16())))
+	flags := d.u8()
+	if d.err == nil && flags&^flagsKnown != 0 {
+		return fmt.Errorf("%w: unknown flag bits %#x", ErrLeaf, flags&^flagsKnown)
+	}
+	if flags&flagKey != 0 {
+		out.HasKey = true
+		out.Key = append([]byte{}, d.bytes(int(d.u16()))...)
+	}
+	out.Time = int64(d.u64())
+	out.TimeAssigned = flags&flagTimeAssigned != 0
+	if flags&flagSource != 0 {
+		s := &Source{Topic: string(d.bytes(int(d.u16())))}
+		s.Partition = int32(d.u32())
+		s.Offset = int64(d.u64())
+		out.Source = s
+	}
+	copy(out.PayloadSHA256[:], d.bytes(HashSize))
+	if d.err != nil {
+		return d.err
+	}
+	if len(d.b) != 0 {
+		return fmt.Errorf("%w: %d trailing bytes", ErrLeaf, len(d.b))
+	}
+	if err := out.Validate(); err != nil {
+		return err
+	}
+	*l = out
+	return nil
+}
+
+type leafDecoder struct {
+	b   []byte
+	err error
+}
+
+func (d *leafDecoder) bytes(n int) []byte {
+	if d.err != nil {
+		return nil
+	}
+	if len(d.b) < n {
+		d.err = fmt.Errorf("%w: truncated", ErrLeaf)
+		return nil
+	}
+	v := d.b[:n]
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *leafDecoder) u8() byte {
+	if b := d.bytes(1); b != nil {
+		return b[0]
+	}
+	return 0
+}
+
+func (d *leafDecoder) u16() uint16 {
+	if b := d.bytes(2); b != nil {
+		return binary.BigEndian.Uint16(b)
+	}
+	return 0
+}
+
+func (d *leafDecoder) u32() uint32 {
+	if b := d.bytes(4); b != nil {
+		return binary.BigEndian.Uint32(b)
+	}
+	return 0
+}
+
+func (d *leafDecoder) u64() uint64 {
+	if b := d.bytes(8); b != nil {
+		return binary.BigEndian.Uint64(b)
+	}
+	return 0
+}

@@ -173,3 +173,25 @@ func (l *Log) Checkpoints(from, to uint64, limit int) ([]*SignedCheckpoint, erro
 	}
 	return out, it.Error()
 }
+
+// Tile returns the first width hashes of the C2SP tile at tile level level
+// and index n (hashes of tree level 8*level), concatenated. The committed
+// tree must hold that many; otherwise ErrNotFound.
+func (l *Log) Tile(level uint8, n uint64, width int) ([]byte, error) {
+	if width < 1 || width > tileWidth || level > 7 {
+		return nil, fmt.Errorf("%w: tile %d/%d width %d", ErrRange, level, n, width)
+	}
+	count := l.Size() >> (tileHeight * uint(level)) // hashes at this level
+	if n >= count/tileWidth+1 || n*tileWidth+uint64(width) > count {
+		return nil, fmt.Errorf("%w: tile %d/%d of width %d is beyond the tree", ErrNotFound, level, n, width)
+	}
+	v, closer, err := l.s.db.Get(tileKey(l.id, level, n))
+	if err != nil {
+		return nil, fmt.Errorf("ledger: %s: read tile %d/%d: %w", l.name, level, n, err)
+	}
+	defer closer.Close()
+	if len(v) < width*merkle.HashSize {
+		return nil, fmt.Errorf("ledger: %s: tile %d/%d holds fewer than %d hashes", l.name, level, n, width)
+	}
+	return append([]byte(nil), v[:width*merkle.HashSize]...), nil
+}

@@ -1,0 +1,495 @@
+package api
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/auditd/auditd/ingest"
+	"github.com/auditd/auditd/ledger"
+	"github.com/auditd/auditd/merkle"
+)
+
+type logOut struct {
+	Name     string      `json:"name"`
+	Size     uint64      `json:"size"`
+	RootHash merkle.Hash `json:"root_hash"`
+}
+
+func (s *Server) listLogs(w http.ResponseWriter, r *http.Request) {
+	infos := s.store.Logs()
+	out := make([]logOut, len(infos))
+	for i, li := range infos {
+		out[i] = logOut{Name: li.Name, Size: li.Size, RootHash: li.Root}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) logOf(w http.ResponseWriter, r *http.Request) (*ledger.Log, bool) {
+	l, err := s.store.Log(chi.URLParam(r, "log"))
+	if err != nil {
+		s.writeErr(w, r, err)
+		return nil, false
+	}
+	return l, true
+}
+
+type checkpointOut struct {
+	Size     uint64      `json:"size"`
+	RootHash merkle.Hash `json:"root_hash"`
+	Note     string      `json:"note"`
+}
+
+func (s *Server) getLog(w http.ResponseWriter, r *http.Request) {
+	l, ok := s.logOf(w, r)
+	if !ok {
+		return
+	}
+	root, err := l.RootAt(l.Size())
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	out := struct {
+		logOut
+		Origin     string         `json:"origin"`
+		Checkpoint *checkpointOut `json:"checkpoint,omitempty"`
+		Error      string         `json:"error,omitempty"`
+	}{logOut: logOut{Name: l.Name(), Size: l.Size(), RootHash: root}, Origin: l.Origin()}
+	if cp := l.Checkpoint(); cp != nil {
+		out.Checkpoint = &checkpointOut{Size: cp.Size, RootHash: cp.Root, Note: string(cp.Note)}
+	}
+	if err := l.Err(); err != nil {
+		out.Error = err.Error()
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+type appendedOut struct {
+	Index          uint64        `json:"index"`
+	ID             string        `json:"id"`
+	LeafHash       merkle.Hash   `json:"leaf_hash"`
+	Duplicate      bool          `json:"duplicate"`
+	InclusionProof []merkle.Hash `json:"inclusion_proof,omitempty"`
+}
+
+type appendOut struct {
+	Size       uint64        `json:"size"`
+	Entries    []appendedOut `json:"entries"`
+	Checkpoint string        `json:"checkpoint,omitempty"`
+}
+
+func (s *Server) postEntries(w http.ResponseWriter, r *http.Request) {
+	name := chi.URLParam(r, "log")
+	wait := r.URL.Query().Get("wait")
+	if wait != "" && wait != "checkpoint" {
+		writeError(w, http.StatusBadRequest, "invalid_parameter", fmt.Sprintf("wait=%q: the only value is \"checkpoint\"", wait), nil)
+		return
+	}
+	var l *ledger.Log
+	var err error
+	if s.opts.CreateLogs {
+		l, err = s.store.CreateLog(name)
+	} else {
+		l, err = s.store.Log(name)
+	}
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	body := http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
+	entries, err := ingest.Decode(body, ingest.Limits{MaxEvents: s.opts.MaxEvents, MaxPayload: s.opts.MaxPayloadBytes})
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	res, err := l.Append(r.Context(), entries)
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	out := appendOut{Size: res.Size, Entries: make([]appendedOut, len(res.Entries))}
+	for i, a := range res.Entries {
+		out.Entries[i] = appendedOut{Index: a.Index, ID: a.ID, LeafHash: a.LeafHash, Duplicate: a.Duplicate}
+	}
+	if wait == "checkpoint" {
+		ctx, cancel := context.WithTimeout(r.Context(), s.opts.WaitTimeout)
+		defer cancel()
+		cp, err := l.WaitCheckpoint(ctx, res.Size)
+		if err != nil {
+			writeError(w, http.StatusServiceUnavailable, "checkpoint_timeout",
+				"entries are durable but no checkpoint covered them in time: "+err.Error(),
+				map[string]any{"size": res.Size, "entries": out.Entries})
+			return
+		}
+		out.Checkpoint = string(cp.Note)
+		for i := range out.Entries {
+			p, err := l.InclusionProof(out.Entries[i].Index, cp.Size)
+			if err != nil {
+				s.writeErr(w, r, err)
+				return
+			}
+			out.Entries[i].InclusionProof = p
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+type sourceOut struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	Offset    int64  `json:"offset"`
+}
+
+type entryOut struct {
+	Index         uint64          `json:"index"`
+	ID            string          `json:"id"`
+	Key           *string         `json:"key,omitempty"`
+	KeyBase64     *string         `json:"key_base64,omitempty"`
+	Time          string          `json:"time"`
+	TimeAssigned  bool            `json:"time_assigned"`
+	Source        *sourceOut      `json:"source,omitempty"`
+	Payload       json.RawMessage `json:"payload,omitempty"`
+	PayloadBase64 *string         `json:"payload_base64,omitempty"`
+	PayloadPruned bool            `json:"payload_pruned,omitempty"`
+	PayloadSHA256 string          `json:"payload_sha256"`
+	Leaf          string          `json:"leaf"`
+	LeafHash      merkle.Hash     `json:"leaf_hash"`
+}
+
+// renderEntry renders a record; forceBase64 serves even JSON payloads as
+// payload_base64, for clients that cannot keep a JSON value's exact bytes.
+func renderEntry(rec *ledger.Record, forceBase64 bool) entryOut {
+	l := &rec.Leaf
+	out := entryOut{
+		Index:         rec.Index,
+		ID:            l.ID,
+		Time:          time.Unix(0, l.Time).UTC().Format(time.RFC3339Nano),
+		TimeAssigned:  l.TimeAssigned,
+		PayloadPruned: rec.PayloadPruned,
+		PayloadSHA256: base64.StdEncoding.EncodeToString(l.PayloadSHA256[:]),
+		Leaf:          base64.StdEncoding.EncodeToString(rec.LeafBytes),
+		LeafHash:      rec.LeafHash,
+	}
+	if l.HasKey {
+		if utf8.Valid(l.Key) {
+			k := string(l.Key)
+			out.Key = &k
+		} else {
+			k := base64.StdEncoding.EncodeToString(l.Key)
+			out.KeyBase64 = &k
+		}
+	}
+	if src := l.Source; src != nil {
+		out.Source = &sourceOut{Topic: src.Topic, Partition: src.Partition, Offset: src.Offset}
+	}
+	if !rec.PayloadPruned {
+		if rec.PayloadJSON && !forceBase64 && json.Valid(rec.Payload) {
+			out.Payload = rec.Payload
+		} else {
+			p := base64.StdEncoding.EncodeToString(rec.Payload)
+			out.PayloadBase64 = &p
+		}
+	}
+	return out
+}
+
+func (s *Server) getEntry(w http.ResponseWriter, r *http.Request) {
+	l, ok := s.logOf(w, r)
+	if !ok {
+		return
+	}
+	idx, err := parseUint("index", chi.URLParam(r, "index"))
+	if err != nil {
+		s.badParam(w, err)
+		return
+	}
+	rec, err := l.Entry(idx)
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, renderEntry(rec, r.URL.Query().Get("payload") == "base64"))
+}
+
+func (s *Server) getEntryByID(w http.ResponseWriter, r *http.Request) {
+	l, ok := s.logOf(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	if !q.Has("id") {
+		writeError(w, http.StatusBadRequest, "invalid_parameter", "pass ?id=EVENT_ID, or GET /entries/{index}", nil)
+		return
+	}
+	rec, err := l.EntryByID(q.Get("id"))
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, renderEntry(rec, r.URL.Query().Get("payload") == "base64"))
+}
+
+func (s *Server) getCheckpoint(w http.ResponseWriter, r *http.Request) {
+	l, ok := s.logOf(w, r)
+	if !ok {
+		return
+	}
+	cp := l.Checkpoint()
+	if cp == nil {
+		writeError(w, http.StatusNotFound, "no_checkpoint", "the log has no signed checkpoint yet", nil)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Write(cp.Note)
+}
+
+func (s *Server) listCheckpoints(w http.ResponseWriter, r *http.Request) {
+	l, ok := s.logOf(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	from, err := optUint(q.Get("from"), "from", 0)
+	if err != nil {
+		s.badParam(w, err)
+		return
+	}
+	limit, err := optUint(q.Get("limit"), "limit", 100)
+	if err != nil || limit == 0 || limit > 1000 {
+		s.badParam(w, errors.New("limit must be 1..1000"))
+		return
+	}
+	cps, err := l.Checkpoints(from, ^uint64(0), int(limit))
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	out := make([]checkpointOut, len(cps))
+	for i, cp := range cps {
+		out[i] = checkpointOut{Size: cp.Size, RootHash: cp.Root, Note: string(cp.Note)}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+type inclusionOut struct {
+	Index      uint64        `json:"index"`
+	Size       uint64        `json:"size"`
+	LeafHash   merkle.Hash   `json:"leaf_hash"`
+	Hashes     []merkle.Hash `json:"hashes"`
+	Checkpoint string        `json:"checkpoint,omitempty"`
+}
+
+func (s *Server) getInclusion(w http.ResponseWriter, r *http.Request) {
+	l, ok := s.logOf(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	var index uint64
+	var leafHash merkle.Hash
+	var err error
+	given := 0
+	for _, k := range []string{"index", "id", "hash"} {
+		if q.Has(k) {
+			given++
+		}
+	}
+	if given != 1 {
+		s.badParam(w, errors.New("pass exactly one of index, id or hash"))
+		return
+	}
+	switch {
+	case q.Has("index"):
+		if index, err = parseUint("index", q.Get("index")); err != nil {
+			s.badParam(w, err)
+			return
+		}
+	case q.Has("id"):
+		rec, err := l.EntryByID(q.Get("id"))
+		if err != nil {
+			s.writeErr(w, r, err)
+			return
+		}
+		index, leafHash = rec.Index, rec.LeafHash
+	case q.Has("hash"):
+		h, err := merkle.ParseHash(q.Get("hash"))
+		if err != nil {
+			s.badParam(w, fmt.Errorf("hash: %v", err))
+			return
+		}
+		if index, err = l.IndexByLeafHash(h); err != nil {
+			s.writeErr(w, r, err)
+			return
+		}
+		leafHash = h
+	}
+	out := inclusionOut{Index: index}
+	if q.Has("size") {
+		if out.Size, err = parseUint("size", q.Get("size")); err != nil {
+			s.badParam(w, err)
+			return
+		}
+	} else {
+		cp := l.Checkpoint()
+		if cp == nil {
+			writeError(w, http.StatusNotFound, "no_checkpoint", "the log has no signed checkpoint yet; pass size", nil)
+			return
+		}
+		out.Size, out.Checkpoint = cp.Size, string(cp.Note)
+	}
+	if index >= out.Size {
+		writeError(w, http.StatusBadRequest, "out_of_range", fmt.Sprintf("index %d is not below tree size %d", index, out.Size), nil)
+		return
+	}
+	if leafHash == (merkle.Hash{}) {
+		hs, err := l.HashReader().ReadHashes([]merkle.NodeID{{Level: 0, Index: index}})
+		if err != nil {
+			s.writeErr(w, r, err)
+			return
+		}
+		leafHash = hs[0]
+	}
+	out.LeafHash = leafHash
+	if out.Hashes, err = l.InclusionProof(index, out.Size); err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+type consistencyOut struct {
+	From   uint64        `json:"from"`
+	To     uint64        `json:"to"`
+	Hashes []merkle.Hash `json:"hashes"`
+}
+
+func (s *Server) getConsistency(w http.ResponseWriter, r *http.Request) {
+	l, ok := s.logOf(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	from, err := parseUint("from", q.Get("from"))
+	if err != nil {
+		s.badParam(w, err)
+		return
+	}
+	to, err := parseUint("to", q.Get("to"))
+	if err != nil {
+		s.badParam(w, err)
+		return
+	}
+	if from > to {
+		writeError(w, http.StatusBadRequest, "out_of_range", fmt.Sprintf("from %d is greater than to %d", from, to), nil)
+		return
+	}
+	hs, err := l.ConsistencyProof(from, to)
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, consistencyOut{From: from, To: to, Hashes: hs})
+}
+
+// getTile serves C2SP tlog-tiles hash tiles: tile/<L>/<N>[.p/<W>].
+func (s *Server) getTile(w http.ResponseWriter, r *http.Request) {
+	l, ok := s.logOf(w, r)
+	if !ok {
+		return
+	}
+	level, n, width, err := parseTilePath(chi.URLParam(r, "*"))
+	if err != nil {
+		writeError(w, http.StatusNotFound, "bad_tile_path", err.Error(), nil)
+		return
+	}
+	b, err := l.Tile(level, n, width)
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	if width == 256 {
+		w.Header().Set("Cache-Control", "public, max-age=31536000, immutable")
+	}
+	w.Write(b)
+}
+
+// parseTilePath parses "<L>/<N>[.p/<W>]" where N is written in 3-digit
+// path elements, all but the last prefixed with "x".
+func parseTilePath(p string) (level uint8, n uint64, width int, err error) {
+	bad := fmt.Errorf("tile path %q is not <L>/<N>[.p/<W>]", p)
+	parts := strings.Split(p, "/")
+	if len(parts) < 2 {
+		return 0, 0, 0, bad
+	}
+	if parts[0] == "entries" {
+		return 0, 0, 0, errors.New("entry bundles are not served; use /entries/{index}")
+	}
+	lv, err := strconv.ParseUint(parts[0], 10, 8)
+	if err != nil || lv > 7 || (len(parts[0]) > 1 && parts[0][0] == '0') {
+		return 0, 0, 0, bad
+	}
+	width = 256
+	rest := parts[1:]
+	if len(rest) >= 2 && strings.HasSuffix(rest[len(rest)-2], ".p") {
+		wv, err := strconv.Atoi(rest[len(rest)-1])
+		if err != nil || wv < 1 || wv > 255 || strconv.Itoa(wv) != rest[len(rest)-1] {
+			return 0, 0, 0, bad
+		}
+		width = wv
+		rest = rest[:len(rest)-1]
+		rest[len(rest)-1] = strings.TrimSuffix(rest[len(rest)-1], ".p")
+	}
+	for i, el := range rest {
+		if i < len(rest)-1 {
+			if !strings.HasPrefix(el, "x") {
+				return 0, 0, 0, bad
+			}
+			el = el[1:]
+		}
+		if len(el) != 3 || strings.Trim(el, "0123456789") != "" {
+			return 0, 0, 0, bad
+		}
+		d, _ := strconv.Atoi(el)
+		if n > (^uint64(0))/1000 {
+			return 0, 0, 0, bad
+		}
+		n = n*1000 + uint64(d)
+	}
+	return uint8(lv), n, width, nil
+}
+
+func (s *Server) badParam(w http.ResponseWriter, err error) {
+	writeError(w, http.StatusBadRequest, "invalid_parameter", err.Error(), nil)
+}
+
+func parseUint(name, v string) (uint64, error) {
+	if v == "" {
+		return 0, fmt.Errorf("%s is required", name)
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s=%q is not a non-negative integer", name, v)
+	}
+	return n, nil
+}
+
+func optUint(v, name string, def uint64) (uint64, error) {
+	if v == "" {
+		return def, nil
+	}
+	return parseUint(name, v)
+}
+
+func itoa(n uint64) string { return strconv.FormatUint(n, 10) }

@@ -1,0 +1,268 @@
+// Package api is auditd's HTTP interface: ingestion, entries, checkpoints,
+// inclusion and consistency proofs, tiles, health and metrics wiring.
+package api
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/auditd/auditd/ingest"
+	"github.com/auditd/auditd/ledger"
+)
+
+// Options configure a Server.
+type Options struct {
+	// MaxBodyBytes bounds a request body (default 32 MiB); larger bodies
+	// get 413.
+	MaxBodyBytes int64
+	// MaxEvents bounds the events of one POST (default 100,000).
+	MaxEvents int
+	// MaxPayloadBytes bounds one event's payload (default 1 MiB).
+	MaxPayloadBytes int
+	// WriteToken, if set, is the bearer token POST requests must carry.
+	WriteToken string
+	// ReadToken, if set, is the bearer token read requests must carry
+	// (the write token is accepted too). Reads are public by default.
+	ReadToken string
+	// CreateLogs lets a POST to an unknown log create it.
+	CreateLogs bool
+	// WaitTimeout bounds ?wait=checkpoint (default 30s).
+	WaitTimeout time.Duration
+	// Metrics serves /metrics, if set.
+	Metrics http.Handler
+	Logger  *slog.Logger
+}
+
+// Server serves the API for one store.
+type Server struct {
+	store    *ledger.Store
+	verifier string
+	opts     Options
+	log      *slog.Logger
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	handler  http.Handler
+}
+
+// New returns a server for store. verifierKey is the signed-note verifier
+// key of the store's checkpoint signer, served at /v1/verifier.
+func New(store *ledger.Store, verifierKey string, opts Options) *Server {
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = 32 << 20
+	}
+	if opts.MaxEvents <= 0 {
+		opts.MaxEvents = 100_000
+	}
+	if opts.MaxPayloadBytes <= 0 {
+		opts.MaxPayloadBytes = 1 << 20
+	}
+	if opts.WaitTimeout <= 0 {
+		opts.WaitTimeout = 30 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	s := &Server{
+		store: store, verifier: verifierKey, opts: opts, log: opts.Logger,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "http_requests_total", Help: "HTTP requests by route, method and status code.",
+		}, []string{"route", "method", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "http_request_duration_seconds", Help: "HTTP request latency by route.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+		}, []string{"route"}),
+	}
+	s.handler = s.routes()
+	return s
+}
+
+// Collectors returns the server's Prometheus collectors.
+func (s *Server) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{s.requests, s.duration}
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+func (s *Server) routes() http.Handler {
+	r := chi.NewRouter()
+	r.Use(middleware.Recoverer, s.instrument)
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "not_found", "no such endpoint: "+r.URL.Path, nil)
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not allowed on "+r.URL.Path, nil)
+	})
+	r.Get("/healthz", s.healthz)
+	r.Get("/readyz", s.readyz)
+	if s.opts.Metrics != nil {
+		r.Method(http.MethodGet, "/metrics", s.opts.Metrics)
+	}
+	r.Route("/v1", func(r chi.Router) {
+		r.With(s.auth(false)).Get("/verifier", s.getVerifier)
+		r.With(s.auth(false)).Get("/logs", s.listLogs)
+		r.Route("/logs/{log}", func(r chi.Router) {
+			r.With(s.auth(true)).Post("/entries", s.postEntries)
+			r.Group(func(r chi.Router) {
+				r.Use(s.auth(false))
+				r.Get("/", s.getLog)
+				r.Get("/entries", s.getEntryByID)
+				r.Get("/entries/{index}", s.getEntry)
+				r.Get("/checkpoint", s.getCheckpoint)
+				r.Get("/checkpoints", s.listCheckpoints)
+				r.Get("/proof/inclusion", s.getInclusion)
+				r.Get("/proof/consistency", s.getConsistency)
+				r.Get("/tile/*", s.getTile)
+			})
+		})
+	})
+	return r
+}
+
+func (s *Server) instrument(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		next.ServeHTTP(ww, r)
+		route := "unmatched"
+		if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
+			route = rc.RoutePattern()
+		}
+		code := ww.Status()
+		if code == 0 {
+			code = http.StatusOK
+		}
+		s.requests.WithLabelValues(route, r.Method, statusText(code)).Inc()
+		s.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+	})
+}
+
+func statusText(code int) string {
+	const digits = "0123456789"
+	if code < 100 || code > 999 {
+		return "other"
+	}
+	return string([]byte{digits[code/100], digits[code/10%10], digits[code%10]})
+}
+
+// auth checks the bearer token for writes (write true) or reads.
+func (s *Server) auth(write bool) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			var ok bool
+			switch {
+			case write && s.opts.WriteToken == "":
+				ok = true
+			case write:
+				ok = tokenIs(r, s.opts.WriteToken)
+			case s.opts.ReadToken == "":
+				ok = true
+			default:
+				ok = tokenIs(r, s.opts.ReadToken) || (s.opts.WriteToken != "" && tokenIs(r, s.opts.WriteToken))
+			}
+			if !ok {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="auditd"`)
+				writeError(w, http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token", nil)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+func tokenIs(r *http.Request, want string) bool {
+	h := r.Header.Get("Authorization")
+	got, found := strings.CutPrefix(h, "Bearer ")
+	return found && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readyz reports not ready while any log's writer has stopped on an error.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	var failed []string
+	for _, li := range s.store.Logs() {
+		if l, err := s.store.Log(li.Name); err == nil && l.Err() != nil {
+			failed = append(failed, li.Name+": "+l.Err().Error())
+		}
+	}
+	if len(failed) > 0 {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not ready", "failed_logs": failed})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+func (s *Server) getVerifier(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Write([]byte(s.verifier + "\n"))
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string, extra map[string]any) {
+	body := map[string]any{"error": msg, "code": code}
+	for k, v := range extra {
+		body[k] = v
+	}
+	writeJSON(w, status, body)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	// Payloads are served byte for byte so their SHA-256 can be checked;
+	// HTML escaping would rewrite <, > and &.
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+// writeErr maps an error to its status and JSON body.
+func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, err error) {
+	var conflict *ledger.ConflictError
+	var decode *ingest.DecodeError
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &conflict):
+		writeError(w, http.StatusConflict, "id_conflict", conflict.Error(),
+			map[string]any{"id": conflict.ID, "index": conflict.Index, "item": conflict.Item})
+	case errors.As(err, &tooBig):
+		writeError(w, http.StatusRequestEntityTooLarge, "body_too_large",
+			"request body exceeds "+itoa(uint64(tooBig.Limit))+" bytes", map[string]any{"limit": tooBig.Limit})
+	case errors.As(err, &decode):
+		extra := map[string]any{"line": decode.Line}
+		if decode.Item >= 0 {
+			extra["item"] = decode.Item
+		}
+		writeError(w, http.StatusBadRequest, "malformed_body", decode.Error(), extra)
+	case errors.Is(err, ingest.ErrEmpty):
+		writeError(w, http.StatusBadRequest, "empty_batch", "the request holds no events", nil)
+	case errors.Is(err, ledger.ErrLogNotFound):
+		writeError(w, http.StatusNotFound, "log_not_found", err.Error(), nil)
+	case errors.Is(err, ledger.ErrNotFound):
+		writeError(w, http.StatusNotFound, "entry_not_found", err.Error(), nil)
+	case errors.Is(err, ledger.ErrRange):
+		writeError(w, http.StatusBadRequest, "out_of_range", err.Error(), nil)
+	case errors.Is(err, ledger.ErrInvalid), errors.Is(err, ledger.ErrLogName):
+		writeError(w, http.StatusBadRequest, "invalid", err.Error(), nil)
+	case errors.Is(err, ledger.ErrClosed), errors.Is(err, ledger.ErrFailed):
+		writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error(), nil)
+	default:
+		if r.Context().Err() != nil {
+			writeError(w, http.StatusServiceUnavailable, "timeout", "request ended before completion: "+err.Error(), nil)
+			return
+		}
+		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		writeError(w, http.StatusInternalServerError, "internal", err.Error(), nil)
+	}
+}

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is auditd serve's configuration, read from a YAML file (--config)
+// and overridden by flags. These comments are its reference.
+type Config struct {
+	// DataDir holds the ledger (a Pebble database) and, unless KeyFile says
+	// otherwise, the signing key. Default ./auditd-data.
+	DataDir string `yaml:"data_dir"`
+	// Listen is the HTTP listen address. Default 127.0.0.1:8080.
+	Listen string `yaml:"listen"`
+	// KeyFile is the checkpoint signing key (a signed-note private key,
+	// "PRIVATE+KEY+<name>+<hash>+<key>"). If it does not exist, serve
+	// generates one named Origin, writes it with mode 0600, and writes the
+	// verifier key beside it (KeyFile with ".pub"). Default DataDir/auditd.key.
+	KeyFile string `yaml:"key_file"`
+	// Origin names a generated key; checkpoints of log L carry the origin
+	// "<key name>/L". Default "auditd.local".
+	Origin string `yaml:"origin"`
+	// CheckpointInterval is the least time between two checkpoints of one
+	// log; a log that grew is signed at most this often. Default 100ms.
+	CheckpointInterval time.Duration `yaml:"checkpoint_interval"`
+	// MaxBatch bounds the entries of one group commit. Default 16384.
+	MaxBatch int `yaml:"max_batch"`
+	// BatchDelay lets a group commit wait this long for more requests.
+	// Default 0: commit what is queued.
+	BatchDelay time.Duration `yaml:"batch_delay"`
+	// CacheBytes is Pebble's block cache size. Default 128 MiB.
+	CacheBytes int64 `yaml:"cache_bytes"`
+	// Logs are created at start (others are created by their first POST
+	// when CreateLogs is true).
+	Logs []string `yaml:"logs"`
+	// CreateLogs lets a POST to an unknown log create it. Default true.
+	CreateLogs *bool `yaml:"create_logs"`
+	// MaxBodyBytes bounds a POST body; larger ones get 413. Default 32 MiB.
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// MaxEvents bounds the events of one POST. Default 100000.
+	MaxEvents int `yaml:"max_events"`
+	// MaxPayloadBytes bounds one event's payload. Default 1 MiB.
+	MaxPayloadBytes int `yaml:"max_payload_bytes"`
+	// WriteToken, if set, is the bearer token POSTs must carry. The
+	// environment variable AUDITD_WRITE_TOKEN overrides it.
+	WriteToken string `yaml:"write_token"`
+	// ReadToken, if set, is the bearer token reads must carry. Reads are
+	// public by default. AUDITD_READ_TOKEN overrides it.
+	ReadToken string `yaml:"read_token"`
+	// WaitTimeout bounds POST ?wait=checkpoint. Default 30s.
+	WaitTimeout time.Duration `yaml:"wait_timeout"`
+	// ShutdownTimeout bounds the graceful drain of HTTP requests on
+	// SIGINT/SIGTERM. Default 10s.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// LogLevel is debug, info, warn or error. Default info.
+	LogLevel string `yaml:"log_level"`
+	// LogFormat is text or json. Default text.
+	LogFormat string `yaml:"log_format"`
+}
+
+func defaultConfig() Config {
+	t := true
+	return Config{
+		DataDir: "./auditd-data", Listen: "127.0.0.1:8080", Origin: "auditd.local",
+		CheckpointInterval: 100 * time.Millisecond, MaxBatch: 16384, CacheBytes: 128 << 20,
+		CreateLogs: &t, MaxBodyBytes: 32 << 20, MaxEvents: 100_000, MaxPayloadBytes: 1 << 20,
+		WaitTimeout: 30 * time.Second, ShutdownTimeout: 10 * time.Second,
+		LogLevel: "info", LogFormat: "text",
+	}
+}
+
+// loadConfig reads the defaults, then the YAML file at path (if any), then
+// the environment. Unknown YAML fields are errors.
+func loadConfig(path string) (Config, error) {
+	c := defaultConfig()
+	if path != "" {
+		f, err := os.Open(path)
+		if err != nil {
+			return c, fmt.Errorf("config: %w", err)
+		}
+		defer f.Close()
+		dec := yaml.NewDecoder(f)
+		dec.KnownFields(true)
+		if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+			return c, fmt.Errorf("config %s: %w", path, err)
+		}
+	}
+	if v := os.Getenv("AUDITD_WRITE_TOKEN"); v != "" {
+		c.WriteToken = v
+	}
+	if v := os.Getenv("AUDITD_READ_TOKEN"); v != "" {
+		c.ReadToken = v
+	}
+	return c, nil
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.DataDir == "":
+		return errors.New("config: data_dir is empty")
+	case c.Listen == "":
+		return errors.New("config: listen is empty")
+	case c.CheckpointInterval <= 0:
+		return errors.New("config: checkpoint_interval must be positive")
+	case c.MaxBatch < 1:
+		return errors.New("config: max_batch must be at least 1")
+	case c.MaxBodyBytes < 1:
+		return errors.New("config: max_body_bytes must be positive")
+	}
+	if c.KeyFile == "" {
+		c.KeyFile = c.DataDir + "/auditd.key"
+	}
+	return nil
+}
+
+// bindFlags registers the flags that override the file.
+func bindFlags(fs *flag.FlagSet, c *Config) {
+	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "ledger data directory")
+	fs.StringVar(&c.Listen, "listen", c.Listen, "HTTP listen address")
+	fs.StringVar(&c.KeyFile, "key-file", c.KeyFile, "checkpoint signing key (generated if missing; default DATA-DIR/auditd.key)")
+	fs.StringVar(&c.Origin, "origin", c.Origin, "name of a generated signing key (checkpoint origin prefix)")
+	fs.DurationVar(&c.CheckpointInterval, "checkpoint-interval", c.CheckpointInterval, "least time between checkpoints of one log")
+	fs.IntVar(&c.MaxBatch, "max-batch", c.MaxBatch, "entries per group commit, at most")
+	fs.DurationVar(&c.BatchDelay, "batch-delay", c.BatchDelay, "time a group commit waits for more requests")
+	fs.Int64Var(&c.CacheBytes, "cache-bytes", c.CacheBytes, "Pebble block cache size in bytes")
+	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest POST body in bytes")
+	fs.StringVar(&c.WriteToken, "write-token", c.WriteToken, "bearer token required for writes (or AUDITD_WRITE_TOKEN)")
+	fs.StringVar(&c.ReadToken, "read-token", c.ReadToken, "bearer token required for reads (or AUDITD_READ_TOKEN)")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
+	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")
+}
+
+// configPath finds --config in args before the flag set parses them, so the
+// file is read first and flags override it.
+func configPath(args []string) string {
+	for i, a := range args {
+		for _, p := range []string{"-config", "--config"} {
+			if a == p && i+1 < len(args) {
+				return args[i+1]
+			}
+			if v, ok := strings.CutPrefix(a, p+"="); ok {
+				return v
+			}
+		}
+	}
+	return ""
+}

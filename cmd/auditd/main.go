@@ -1,0 +1,53 @@
+// Command auditd is the auditd daemon and its tools: serve the ledger and
+// proof API, generate signing keys, prove an event's inclusion against a
+// running server, and measure throughput.
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+const usage = `auditd: an append-only, Merkle-committed event ledger with signed checkpoints.
+
+Usage:
+  auditd serve   [flags]   run the daemon (ledger, proof API, metrics)
+  auditd keygen  [flags]   create a checkpoint signing key
+  auditd prove   [flags]   verify an event's inclusion against a running server
+  auditd bench   [flags]   measure append, checkpoint and proof performance
+  auditd version           print the version
+
+Run "auditd <command> -h" for a command's flags.
+`
+
+var version = "dev"
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	cmd, args := os.Args[1], os.Args[2:]
+	var err error
+	switch cmd {
+	case "serve":
+		err = runServe(args)
+	case "keygen":
+		err = runKeygen(args)
+	case "prove":
+		os.Exit(runProve(args, os.Stdout, os.Stderr))
+	case "bench":
+		err = runBench(args)
+	case "version":
+		fmt.Println("auditd", version)
+	case "-h", "--help", "help":
+		fmt.Print(usage)
+	default:
+		fmt.Fprintf(os.Stderr, "auditd: unknown command %q\n\n%s", cmd, usage)
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "auditd:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/auditd/auditd/api"
+	"github.com/auditd/auditd/ledger"
+)
+
+func runServe(args []string) error {
+	cfg, err := loadConfig(configPath(args))
+	if err != nil {
+		return err
+	}
+	fset := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fset.String("config", "", "YAML configuration file (flags override it)")
+	bindFlags(fset, &cfg)
+	fset.Usage = func() {
+		fmt.Fprintf(fset.Output(), "Usage: auditd serve [flags]\n\nRuns the ledger and its HTTP API. With no flags: data in ./auditd-data,\nHTTP on 127.0.0.1:8080, a signing key generated on first start.\n\n")
+		fset.PrintDefaults()
+	}
+	if err := fset.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	logger, err := newLogger(cfg.LogLevel, cfg.LogFormat)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return serve(ctx, cfg, logger, nil)
+}
+
+func newLogger(level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("log level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("log format %q: want text or json", format)
+}
+
+// serve runs the daemon until ctx ends. If ready is not nil it receives the
+// listening address once the server accepts connections.
+func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- string) error {
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	key, created, err := loadOrCreateKey(cfg.KeyFile, cfg.Origin)
+	if err != nil {
+		return err
+	}
+	if created {
+		logger.Info("generated checkpoint signing key", "file", cfg.KeyFile, "verifier_key", key.vkey)
+	}
+	store, err := ledger.Open(cfg.DataDir, key.signer, key.verifier,
+		ledger.WithCheckpointInterval(cfg.CheckpointInterval),
+		ledger.WithMaxBatch(cfg.MaxBatch),
+		ledger.WithBatchDelay(cfg.BatchDelay),
+		ledger.WithCacheSize(cfg.CacheBytes),
+		ledger.WithLogger(logger))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := store.Close(); err != nil {
+			logger.Error("closing ledger", "err", err)
+		}
+	}()
+	for _, name := range cfg.Logs {
+		if _, err := store.CreateLog(name); err != nil {
+			return err
+		}
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	auditdReg := prometheus.WrapRegistererWithPrefix("auditd_", reg)
+	for _, c := range store.Collectors() {
+		auditdReg.MustRegister(c)
+	}
+	srv := api.New(store, key.vkey, api.Options{
+		MaxBodyBytes: cfg.MaxBodyBytes, MaxEvents: cfg.MaxEvents, MaxPayloadBytes: cfg.MaxPayloadBytes,
+		WriteToken: cfg.WriteToken, ReadToken: cfg.ReadToken, CreateLogs: cfg.CreateLogs == nil || *cfg.CreateLogs,
+		WaitTimeout: cfg.WaitTimeout, Logger: logger,
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+	})
+	for _, c := range srv.Collectors() {
+		auditdReg.MustRegister(c)
+	}
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	addr := ln.Addr().String()
+	logger.Info("auditd serving", "addr", "http://"+addr, "data_dir", cfg.DataDir,
+		"logs", len(store.Logs()), "verifier_key", key.vkey, "writes_protected", cfg.WriteToken != "")
+	if ready != nil {
+		ready <- addr
+	}
+	select {
+	case err := <-errc:
+		return fmt.Errorf("http server: %w", err)
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down: draining HTTP requests", "timeout", cfg.ShutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		logger.Warn("HTTP shutdown incomplete", "err", err)
+	}
+	logger.Info("shutting down: signing final checkpoints and closing the ledger")
+	return nil
+}
+
+var _ = strings.TrimSpace

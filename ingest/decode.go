@@ -1,0 +1,299 @@
+// Package ingest turns event sources into ledger entries: request bodies and
+// NDJSON files decoded here, Kafka topics later.
+package ingest
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+	"unicode/utf8"
+
+	"github.com/auditd/auditd/ledger"
+	"github.com/auditd/auditd/merkle"
+)
+
+// Event is the JSON form of an event a producer posts:
+//
+//	{"id": "...", "key": "...", "time": "RFC 3339", "payload": <any JSON>}
+//
+// key_base64 and payload_base64 carry bytes instead. Every field but the
+// payload is optional.
+type Event struct {
+	ID            string          `json:"id,omitempty"`
+	Key           *string         `json:"key,omitempty"`
+	KeyBase64     *string         `json:"key_base64,omitempty"`
+	Time          *string         `json:"time,omitempty"`
+	Payload       json.RawMessage `json:"payload,omitempty"`
+	PayloadBase64 *string         `json:"payload_base64,omitempty"`
+}
+
+// DecodeError locates a malformed event in a body.
+type DecodeError struct {
+	Line int // 1-based line of the body where the problem is
+	Item int // 0-based position of the event, -1 if not known
+	Err  string
+}
+
+func (e *DecodeError) Error() string {
+	if e.Item >= 0 {
+		return fmt.Sprintf("line %d (event %d): %s", e.Line, e.Item, e.Err)
+	}
+	return fmt.Sprintf("line %d: %s", e.Line, e.Err)
+}
+
+// ErrEmpty reports a body that holds no event.
+var ErrEmpty = errors.New("no events in body")
+
+// Limits bounds what a body may hold.
+type Limits struct {
+	MaxEvents  int // events per body (0: no limit)
+	MaxPayload int // payload bytes per event (0: no limit)
+}
+
+// Decode reads a batch of events: either one JSON array of event objects, or
+// NDJSON (one object per line; blank lines are skipped). It returns the
+// entries in order, or a *DecodeError naming the line of the first problem.
+func Decode(r io.Reader, lim Limits) ([]ledger.Entry, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	first, err := peekNonSpace(br)
+	if err == io.EOF {
+		return nil, ErrEmpty
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []ledger.Entry
+	if first == '[' {
+		out, err = decodeArray(br, lim)
+	} else {
+		out, err = decodeNDJSON(br, lim)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, ErrEmpty
+	}
+	return out, nil
+}
+
+func peekNonSpace(br *bufio.Reader) (byte, error) {
+	for {
+		b, err := br.Peek(1)
+		if err != nil {
+			return 0, err
+		}
+		switch b[0] {
+		case ' ', '\t', '\r', '\n':
+			br.ReadByte()
+			continue
+		}
+		return b[0], nil
+	}
+}
+
+// lineCounter counts the newlines of everything read through it, so decode
+// errors can name a line.
+type lineCounter struct {
+	r     io.Reader
+	buf   []byte // everything read, for mapping offsets to lines
+	total int64
+}
+
+func (c *lineCounter) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.buf = append(c.buf, p[:n]...)
+	c.total += int64(n)
+	return n, err
+}
+
+func (c *lineCounter) lineAt(off int64) int {
+	if off > int64(len(c.buf)) {
+		off = int64(len(c.buf))
+	}
+	return 1 + bytes.Count(c.buf[:off], []byte{'\n'})
+}
+
+func decodeArray(r io.Reader, lim Limits) ([]ledger.Entry, error) {
+	lc := &lineCounter{r: r}
+	dec := json.NewDecoder(lc)
+	dec.DisallowUnknownFields()
+	fail := func(item int, err error) error {
+		off := dec.InputOffset()
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			off = se.Offset
+		}
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			off = te.Offset
+		}
+		return &DecodeError{Line: lc.lineAt(off), Item: item, Err: cleanJSONError(err)}
+	}
+	if _, err := dec.Token(); err != nil { // '['
+		return nil, fail(-1, err)
+	}
+	var out []ledger.Entry
+	for i := 0; dec.More(); i++ {
+		if lim.MaxEvents > 0 && i >= lim.MaxEvents {
+			return nil, &DecodeError{Line: lc.lineAt(dec.InputOffset()), Item: i, Err: fmt.Sprintf("more than %d events in one request", lim.MaxEvents)}
+		}
+		start := dec.InputOffset()
+		var ev Event
+		if err := dec.Decode(&ev); err != nil {
+			return nil, fail(i, err)
+		}
+		e, err := ev.Entry(lim)
+		if err != nil {
+			return nil, &DecodeError{Line: lc.lineAt(start) + leadingNewlines(lc.buf, start), Item: i, Err: err.Error()}
+		}
+		out = append(out, e)
+	}
+	if _, err := dec.Token(); err != nil { // ']'
+		return nil, fail(-1, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, &DecodeError{Line: lc.lineAt(dec.InputOffset()), Item: -1, Err: "unexpected data after the JSON array"}
+	}
+	return out, nil
+}
+
+// leadingNewlines counts the newlines between off and the next token.
+func leadingNewlines(buf []byte, off int64) int {
+	n := 0
+	for i := off; i < int64(len(buf)); i++ {
+		switch buf[i] {
+		case '\n':
+			n++
+		case ' ', '\t', '\r', ',':
+		default:
+			return n
+		}
+	}
+	return n
+}
+
+func decodeNDJSON(r *bufio.Reader, lim Limits) ([]ledger.Entry, error) {
+	var out []ledger.Entry
+	line := 0
+	for {
+		b, err := r.ReadSlice('\n')
+		if err == bufio.ErrBufferFull {
+			// A line longer than the buffer: gather it whole.
+			full := append([]byte(nil), b...)
+			for err == bufio.ErrBufferFull {
+				b, err = r.ReadSlice('\n')
+				full = append(full, b...)
+			}
+			b = full
+		}
+		if err != nil && err != io.EOF {
+			return nil, err
+		}
+		if len(b) > 0 {
+			line++
+			if t := bytes.TrimSpace(b); len(t) > 0 {
+				if lim.MaxEvents > 0 && len(out) >= lim.MaxEvents {
+					return nil, &DecodeError{Line: line, Item: len(out), Err: fmt.Sprintf("more than %d events in one request", lim.MaxEvents)}
+				}
+				e, derr := decodeLine(t, lim)
+				if derr != nil {
+					return nil, &DecodeError{Line: line, Item: len(out), Err: derr.Error()}
+				}
+				out = append(out, e)
+			}
+		}
+		if err == io.EOF {
+			return out, nil
+		}
+	}
+}
+
+func decodeLine(b []byte, lim Limits) (ledger.Entry, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var ev Event
+	if err := dec.Decode(&ev); err != nil {
+		return ledger.Entry{}, errors.New(cleanJSONError(err))
+	}
+	if dec.More() {
+		return ledger.Entry{}, errors.New("more than one JSON value on the line")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return ledger.Entry{}, errors.New("unexpected data after the event")
+	}
+	return ev.Entry(lim)
+}
+
+func cleanJSONError(err error) string {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return "unexpected end of JSON"
+	}
+	return err.Error()
+}
+
+// Entry validates the event and converts it to a ledger entry. JSON payloads
+// are stored compacted (insignificant whitespace removed).
+func (ev *Event) Entry(lim Limits) (ledger.Entry, error) {
+	var e ledger.Entry
+	if len(ev.ID) > merkle.MaxID {
+		return e, fmt.Errorf("id of %d bytes (max %d)", len(ev.ID), merkle.MaxID)
+	}
+	if !utf8.ValidString(ev.ID) {
+		return e, errors.New("id is not UTF-8")
+	}
+	e.ID = ev.ID
+	switch {
+	case ev.Key != nil && ev.KeyBase64 != nil:
+		return e, errors.New("both key and key_base64 given")
+	case ev.Key != nil:
+		e.HasKey, e.Key = true, []byte(*ev.Key)
+	case ev.KeyBase64 != nil:
+		k, err := base64.StdEncoding.DecodeString(*ev.KeyBase64)
+		if err != nil {
+			return e, fmt.Errorf("key_base64: %v", err)
+		}
+		e.HasKey, e.Key = true, k
+	}
+	if len(e.Key) > merkle.MaxKey {
+		return e, fmt.Errorf("key of %d bytes (max %d)", len(e.Key), merkle.MaxKey)
+	}
+	if ev.Time != nil {
+		t, err := time.Parse(time.RFC3339Nano, *ev.Time)
+		if err != nil {
+			return e, fmt.Errorf("time %q is not RFC 3339", *ev.Time)
+		}
+		if t.IsZero() || t.Year() < 1678 || t.Year() > 2261 {
+			return e, fmt.Errorf("time %q is outside the range of Unix nanoseconds", *ev.Time)
+		}
+		e.Time = t
+	}
+	switch {
+	case ev.Payload != nil && ev.PayloadBase64 != nil:
+		return e, errors.New("both payload and payload_base64 given")
+	case ev.Payload != nil:
+		var buf bytes.Buffer
+		buf.Grow(len(ev.Payload))
+		if err := json.Compact(&buf, ev.Payload); err != nil {
+			return e, fmt.Errorf("payload: %v", err)
+		}
+		e.Payload, e.PayloadJSON = buf.Bytes(), true
+	case ev.PayloadBase64 != nil:
+		p, err := base64.StdEncoding.DecodeString(*ev.PayloadBase64)
+		if err != nil {
+			return e, fmt.Errorf("payload_base64: %v", err)
+		}
+		e.Payload = p
+	default:
+		return e, errors.New("payload or payload_base64 is required")
+	}
+	if lim.MaxPayload > 0 && len(e.Payload) > lim.MaxPayload {
+		return e, fmt.Errorf("payload of %d bytes (max %d)", len(e.Payload), lim.MaxPayload)
+	}
+	return e, nil
+}

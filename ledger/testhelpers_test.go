@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"crypto/rand"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -47,6 +48,8 @@ func newTestStore(t testing.TB, opts ...Option) (*Store, note.Verifier) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Quiet by default; a test's own WithLogger comes later and wins.
+	opts = append([]Option{WithLogger(slog.New(slog.DiscardHandler))}, opts...)
 	cfg := testStoreConfig{dir: t.TempDir(), signer: signer, verifier: verifier, opts: opts}
 	return openTestStore(t, cfg), verifier
 }

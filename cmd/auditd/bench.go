@@ -2,8 +2,8 @@ package main
 
 import (
 	"bytes"
-	crand "crypto/rand"
 	"context"
+	crand "crypto/rand"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -684,7 +684,7 @@ func benchProofs(ctx context.Context, f benchFlags) (map[string]any, error) {
 	res := map[string]any{
 		"proofs": f.requests, "tree_size": cp.Size, "seconds": elapsed.Seconds(),
 		"proofs_per_second": float64(f.requests) / elapsed.Seconds(),
-		"p50_ms": ms(lat.pct(.5)), "p99_ms": ms(lat.pct(.99)), "verified": verified.Load(),
+		"p50_ms":            ms(lat.pct(.5)), "p99_ms": ms(lat.pct(.99)), "verified": verified.Load(),
 	}
 	fmt.Printf("proofs: %d in %.2fs = %.0f proofs/s; latency p50 %.2f ms p99 %.2f ms; %d verified client-side\n",
 		f.requests, elapsed.Seconds(), res["proofs_per_second"], res["p50_ms"], res["p99_ms"], verified.Load())

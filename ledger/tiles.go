@@ -44,14 +44,11 @@ func (t *tileBuf) value() []byte {
 
 // decodeTile splits a stored tile value into its base and mid hashes.
 func decodeTile(v []byte) (base, mid []merkle.Hash, err error) {
-	if len(v)%merkle.HashSize != 0 {
-		return nil, nil, fmt.Errorf("ledger: tile of %d bytes", len(v))
+	w, _, err := tileShape(len(v))
+	if err != nil {
+		return nil, nil, err
 	}
 	n := len(v) / merkle.HashSize
-	w := n - n/(midStride+1)
-	if w+w/midStride != n || w > tileWidth {
-		return nil, nil, fmt.Errorf("ledger: tile of %d hashes", n)
-	}
 	hs := make([]merkle.Hash, n)
 	for i := range hs {
 		copy(hs[i][:], v[i*merkle.HashSize:])
@@ -61,11 +58,9 @@ func decodeTile(v []byte) (base, mid []merkle.Hash, err error) {
 
 // subtreeHash reduces a power-of-two run of hashes to the root of the perfect
 // tree over them.
+// It overwrites hs.
 func subtreeHash(hs []merkle.Hash) merkle.Hash {
-	if len(hs) == 1 {
-		return hs[0]
-	}
-	buf := append([]merkle.Hash(nil), hs...)
+	buf := hs
 	for n := len(buf); n > 1; n /= 2 {
 		for i := 0; i < n/2; i++ {
 			buf[i] = merkle.NodeHash(buf[2*i], buf[2*i+1])
@@ -87,46 +82,64 @@ type tileID struct {
 	n     uint64
 }
 
-// ReadHashes implements merkle.HashReader. Each tile is read once per call.
+// ReadHashes implements merkle.HashReader. Each tile is read once per call,
+// and only the hashes a node needs are decoded.
 func (r hashReader) ReadHashes(ids []merkle.NodeID) ([]merkle.Hash, error) {
-	type tile struct{ base, mid []merkle.Hash }
-	tiles := make(map[tileID]tile, 4)
+	tiles := make(map[tileID][]byte, 4)
 	out := make([]merkle.Hash, len(ids))
+	var run [tileWidth]merkle.Hash
 	for i, id := range ids {
 		t := uint8(id.Level / tileHeight)
 		sub := id.Level % tileHeight
 		first := id.Index << sub // first hash at tree level 8t
 		tid := tileID{t, first / tileWidth}
-		tl, ok := tiles[tid]
+		v, ok := tiles[tid]
 		if !ok {
-			v, closer, err := r.db.Get(tileKey(r.log, tid.level, tid.n))
+			b, closer, err := r.db.Get(tileKey(r.log, tid.level, tid.n))
 			if errors.Is(err, pebble.ErrNotFound) {
 				return nil, fmt.Errorf("%w: tile %d/%d for node %d/%d", errMissingHash, tid.level, tid.n, id.Level, id.Index)
 			}
 			if err != nil {
 				return nil, fmt.Errorf("ledger: read tile: %w", err)
 			}
-			tl.base, tl.mid, err = decodeTile(v)
+			v = append([]byte(nil), b...)
 			closer.Close()
-			if err != nil {
+			if _, _, err := tileShape(len(v)); err != nil {
 				return nil, err
 			}
-			tiles[tid] = tl
+			tiles[tid] = v
 		}
+		w, _, _ := tileShape(len(v))
 		off := int(first % tileWidth)
-		var run []merkle.Hash
+		start, cnt := off, 1<<sub // in base hashes
 		if sub >= midLevel {
-			moff, cnt := off/midStride, 1<<(sub-midLevel)
-			if moff+cnt <= len(tl.mid) {
-				run = tl.mid[moff : moff+cnt]
+			start, cnt = w+off/midStride, 1<<(sub-midLevel)
+			if off/midStride+cnt > w/midStride {
+				cnt = -1
 			}
-		} else if cnt := 1 << sub; off+cnt <= len(tl.base) {
-			run = tl.base[off : off+cnt]
+		} else if off+cnt > w {
+			cnt = -1
 		}
-		if run == nil {
-			return nil, fmt.Errorf("%w: node %d/%d beyond tile %d/%d of width %d", errMissingHash, id.Level, id.Index, tid.level, tid.n, len(tl.base))
+		if cnt < 0 {
+			return nil, fmt.Errorf("%w: node %d/%d beyond tile %d/%d of width %d", errMissingHash, id.Level, id.Index, tid.level, tid.n, w)
 		}
-		out[i] = subtreeHash(run)
+		for j := 0; j < cnt; j++ {
+			copy(run[j][:], v[(start+j)*merkle.HashSize:])
+		}
+		out[i] = subtreeHash(run[:cnt])
 	}
 	return out, nil
+}
+
+// tileShape returns the base and mid hash counts of a tile value of n bytes.
+func tileShape(n int) (base, mid int, err error) {
+	if n%merkle.HashSize != 0 {
+		return 0, 0, fmt.Errorf("ledger: tile of %d bytes", n)
+	}
+	h := n / merkle.HashSize
+	w := h - h/(midStride+1)
+	if w+w/midStride != h || w > tileWidth {
+		return 0, 0, fmt.Errorf("ledger: tile of %d hashes", h)
+	}
+	return w, w / midStride, nil
 }

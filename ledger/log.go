@@ -527,7 +527,10 @@ func (l *Log) load() error {
 			if len(base) < w {
 				return fmt.Errorf("tile %d/%d has %d hashes, want %d", lvl, t.n, len(base), w)
 			}
-			t.base, t.mid = base[:w], mid[:w/midStride]
+			// Copies with room to grow: base and mid share one array, and
+			// appending to base in place would overwrite mid.
+			t.base = append(make([]merkle.Hash, 0, tileWidth), base[:w]...)
+			t.mid = append(make([]merkle.Hash, 0, tileWidth/midStride), mid[:w/midStride]...)
 		}
 		tiles = append(tiles, t)
 	}

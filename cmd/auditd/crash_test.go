@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -54,7 +55,8 @@ func TestCrashRecovery(t *testing.T) {
 		events:  map[string]*crashEvent{},
 		acked:   map[string]*crashAck{},
 		byIndex: map[string]map[uint64]string{},
-		seenCPs: map[string][]string{},
+		seenCPs: map[string]map[string]bool{},
+		cpMax:   map[string]uint64{},
 	}
 	t.Cleanup(h.cleanup)
 
@@ -64,7 +66,7 @@ func TestCrashRecovery(t *testing.T) {
 
 	for iter := range iterations {
 		d := h.start(ctx, iter)
-		retried := h.retryUnknown(ctx, d)
+		retried, added, dups := h.retryUnknown(ctx, d)
 		h.quickCheck(ctx, d, rng)
 		if t.Failed() {
 			t.FailNow()
@@ -73,16 +75,16 @@ func TestCrashRecovery(t *testing.T) {
 		loadFor := time.Duration(50+rng.IntN(351)) * time.Millisecond
 		h.load(ctx, d, loadFor, rng.Uint64())
 		sizes := h.sizes()
-		t.Logf("iteration %d: retried %d cut-off requests; load %v: %d new acks, %d requests cut off by SIGKILL; acked total %d, acked per log %v",
-			iter, retried, loadFor, h.ackCount()-before, len(h.unknown), h.ackCount(), sizes)
+		t.Logf("iteration %d: retried %d cut-off requests (%d entries new, %d committed before the kill); load %v: %d entries acked, %d requests cut off by SIGKILL; acked total %d, per log %v",
+			iter, retried, added, dups, loadFor, h.ackCount()-before, len(h.unknown), h.ackCount(), sizes)
 		if t.Failed() {
 			t.FailNow()
 		}
 	}
 
 	d := h.start(ctx, iterations)
-	retried := h.retryUnknown(ctx, d)
-	t.Logf("final start: retried %d cut-off requests; acked total %d", retried, h.ackCount())
+	retried, added, dups := h.retryUnknown(ctx, d)
+	t.Logf("final start: retried %d cut-off requests (%d entries new, %d committed before the kill); acked total %d", retried, added, dups, h.ackCount())
 	h.quickCheck(ctx, d, rng)
 	for _, name := range h.logs {
 		h.verifyLog(ctx, d, name)
@@ -149,7 +151,8 @@ type crashHarness struct {
 	byIndex map[string]map[uint64]string // log -> index -> id
 	ackList map[string][]string          // log -> acked ids, for resending
 	unknown []*crashReq                  // no response: outcome unknown
-	seenCPs map[string][]string          // log -> checkpoint notes seen while running
+	seenCPs map[string]map[string]bool   // log -> checkpoint notes published while running
+	cpMax   map[string]uint64            // log -> largest published checkpoint size
 	cur     *daemon
 	dead    []*daemon
 }
@@ -212,7 +215,7 @@ func (h *crashHarness) start(ctx context.Context, run int) *daemon {
 		h.cur = d
 	}
 	if err != nil {
-		h.t.Fatalf("run %d: daemon did not start on the crashed data dir: %v", run, err)
+		h.t.Fatalf("run %d: daemon did not restart on the data dir the previous run left: %v", run, err)
 	}
 	return d
 }
@@ -312,16 +315,18 @@ func (d *daemon) post(ctx context.Context, r *crashReq) (int, []byte, error) {
 
 // recordAck checks an acknowledgment of r against everything acknowledged
 // before and records it. retry says r was sent before without an answer.
-func (h *crashHarness) recordAck(r *crashReq, body []byte, retry bool) {
+// It returns how many entries were new and how many were held already
+// without ever having been acknowledged.
+func (h *crashHarness) recordAck(r *crashReq, body []byte, retry bool) (added, dups int) {
 	t := h.t
 	var res postResult
 	if err := json.Unmarshal(body, &res); err != nil {
 		t.Errorf("POST %s: 200 with an unreadable body: %v: %.300s", r.log, err, body)
-		return
+		return 0, 0
 	}
 	if len(res.Entries) != len(r.events) {
 		t.Errorf("POST %s: %d events acknowledged as %d entries", r.log, len(r.events), len(res.Entries))
-		return
+		return 0, 0
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -352,6 +357,12 @@ func (h *crashHarness) recordAck(r *crashReq, body []byte, retry bool) {
 		if other, ok := idx[e.Index]; ok && other != ev.id {
 			t.Errorf("POST %s (retry %v): index %d acknowledged for id %s and for id %s", r.log, retry, e.Index, other, ev.id)
 		}
+		switch {
+		case !e.Duplicate:
+			added++
+		case prev == nil:
+			dups++ // held, but never acknowledged before
+		}
 		if prev == nil {
 			h.acked[ev.id] = &crashAck{log: r.log, index: e.Index, leafHash: e.LeafHash}
 			idx[e.Index] = ev.id
@@ -361,6 +372,7 @@ func (h *crashHarness) recordAck(r *crashReq, body []byte, retry bool) {
 			h.ackList[r.log] = append(h.ackList[r.log], ev.id)
 		}
 	}
+	return added, dups
 }
 
 // load runs four clients against d for about dur, then kills d with SIGKILL
@@ -397,6 +409,21 @@ func (h *crashHarness) load(ctx context.Context, d *daemon, dur time.Duration, s
 			}
 		}()
 	}
+	// Watch the published checkpoints while the load runs: each must stay
+	// stored, and what is published never goes back, not even across a kill.
+	for _, name := range h.logs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil && !killed.Load() {
+				code, body, err := d.get(ctx, "/v1/logs/"+name+"/checkpoint")
+				if err == nil && code == http.StatusOK {
+					h.sawCheckpoint(d.run, name, string(body))
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+	}
 	select {
 	case <-time.After(dur):
 	case <-ctx.Done():
@@ -409,14 +436,37 @@ func (h *crashHarness) load(ctx context.Context, d *daemon, dur time.Duration, s
 	d.client.CloseIdleConnections()
 }
 
+// sawCheckpoint records a checkpoint note the daemon published.
+func (h *crashHarness) sawCheckpoint(run int, log, signed string) {
+	text, _, _ := strings.Cut(signed, "\n\n")
+	_, size, _, err := parseCheckpointText(text + "\n")
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err != nil {
+		h.t.Errorf("run %d: log %s: published checkpoint does not parse: %v\n%s", run, log, err, signed)
+		return
+	}
+	if size < h.cpMax[log] {
+		h.t.Errorf("run %d: log %s: published checkpoint went back from size %d to %d", run, log, h.cpMax[log], size)
+	}
+	h.cpMax[log] = max(h.cpMax[log], size)
+	if h.seenCPs[log] == nil {
+		h.seenCPs[log] = map[string]bool{}
+	}
+	h.seenCPs[log][signed] = true
+}
+
 // retryUnknown resends, byte for byte, every request that got no answer.
 // Each must now succeed, every event new or a duplicate, never a conflict.
-func (h *crashHarness) retryUnknown(ctx context.Context, d *daemon) int {
+// It returns the number of requests and of their entries that were new and
+// that were already held (committed before the kill, never acknowledged).
+func (h *crashHarness) retryUnknown(ctx context.Context, d *daemon) (reqs, added, dups int) {
 	h.mu.Lock()
-	reqs := h.unknown
+	todo := h.unknown
 	h.unknown = nil
 	h.mu.Unlock()
 	var wg sync.WaitGroup
+	var nAdded, nDups atomic.Int64
 	work := make(chan *crashReq)
 	for range 4 {
 		wg.Add(1)
@@ -431,17 +481,19 @@ func (h *crashHarness) retryUnknown(ctx context.Context, d *daemon) int {
 					h.t.Errorf("retry of a cut-off POST %s (%d events): status %d (want 200, entries new or duplicate): %.500s",
 						r.log, len(r.events), code, body)
 				default:
-					h.recordAck(r, body, true)
+					a, d := h.recordAck(r, body, true)
+					nAdded.Add(int64(a))
+					nDups.Add(int64(d))
 				}
 			}
 		}()
 	}
-	for _, r := range reqs {
+	for _, r := range todo {
 		work <- r
 	}
 	close(work)
 	wg.Wait()
-	return len(reqs)
+	return len(todo), int(nAdded.Load()), int(nDups.Load())
 }
 
 // quickCheck runs after each restart: the daemon is ready, each log holds
@@ -492,9 +544,7 @@ func (h *crashHarness) quickCheck(ctx context.Context, d *daemon, rng *rand.Rand
 			if info.Checkpoint.Size > info.Size {
 				t.Errorf("run %d: log %s: checkpoint of size %d beyond the tree of size %d", d.run, name, info.Checkpoint.Size, info.Size)
 			}
-			h.mu.Lock()
-			h.seenCPs[name] = append(h.seenCPs[name], info.Checkpoint.Note)
-			h.mu.Unlock()
+			h.sawCheckpoint(d.run, name, info.Checkpoint.Note)
 		}
 	}
 	for _, id := range sample {
@@ -790,7 +840,7 @@ func (h *crashHarness) verifyLog(ctx context.Context, d *daemon, name string) {
 	}
 	// Every checkpoint the daemon published during the run is still stored.
 	h.mu.Lock()
-	seen := h.seenCPs[name]
+	seen := slices.Collect(maps.Keys(h.seenCPs[name]))
 	h.mu.Unlock()
 	for _, s := range seen {
 		if !notes[s] {

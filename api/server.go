@@ -234,8 +234,13 @@ func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &conflict):
-		writeError(w, http.StatusConflict, "id_conflict", conflict.Error(),
-			map[string]any{"id": conflict.ID, "index": conflict.Index, "item": conflict.Item})
+		extra := map[string]any{"id": conflict.ID, "item": conflict.Item}
+		if conflict.EarlierItem >= 0 {
+			extra["earlier_item"] = conflict.EarlierItem
+		} else {
+			extra["index"] = conflict.Index
+		}
+		writeError(w, http.StatusConflict, "id_conflict", conflict.Error(), extra)
 	case errors.As(err, &tooBig):
 		writeError(w, http.StatusRequestEntityTooLarge, "body_too_large",
 			"request body exceeds "+itoa(uint64(tooBig.Limit))+" bytes", map[string]any{"limit": tooBig.Limit})

@@ -28,6 +28,7 @@ type Log struct {
 	cpMu      sync.Mutex
 	cpNext    chan struct{} // closed when a new checkpoint is published
 	failed    atomic.Pointer[error]
+	stopped   chan struct{} // closed when the writer has exited
 
 	w writer // owned by the run goroutine
 }
@@ -44,7 +45,7 @@ type SignedCheckpoint struct {
 }
 
 func newLog(s *Store, name string, id uint32) *Log {
-	l := &Log{s: s, name: name, id: id, reqs: make(chan *appendReq, 256), cpNext: make(chan struct{})}
+	l := &Log{s: s, name: name, id: id, reqs: make(chan *appendReq, 256), cpNext: make(chan struct{}), stopped: make(chan struct{})}
 	l.committed.Store(&treeState{root: merkle.EmptyRoot()})
 	return l
 }
@@ -132,6 +133,15 @@ func (l *Log) Append(ctx context.Context, entries []Entry) (*AppendResult, error
 	select {
 	case <-req.done:
 		return req.res, req.err
+	case <-l.stopped:
+		// The writer answers everything queued before it stops; a request
+		// that slipped in after its last drain was never seen.
+		select {
+		case <-req.done:
+			return req.res, req.err
+		default:
+			return nil, ErrClosed
+		}
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
@@ -162,7 +172,8 @@ func prepare(log string, e *Entry, now time.Time, it *item) error {
 }
 
 // WaitCheckpoint returns the first checkpoint whose size is at least size,
-// waiting for one to be signed if needed.
+// waiting for one to be signed if needed. A log signs its first checkpoint
+// after its first append, so on an empty log even size 0 waits for it.
 func (l *Log) WaitCheckpoint(ctx context.Context, size uint64) (*SignedCheckpoint, error) {
 	for {
 		l.cpMu.Lock()
@@ -206,6 +217,7 @@ type awaiting struct {
 
 func (l *Log) run() {
 	defer l.s.wg.Done()
+	defer close(l.stopped)
 	var timer *time.Timer
 	var timerC <-chan time.Time
 	for {
@@ -356,12 +368,19 @@ func (l *Log) resolve(r *appendReq, ids *pebble.Iterator, pending map[string]*it
 	res := &AppendResult{Entries: make([]Appended, len(r.items))}
 	var mine []*item
 	local := map[string]*item{}
+	localPos := map[string]int{}
 	dups := 0
 	next := l.w.size + uint64(len(*fresh))
 	for i := range r.items {
 		it := &r.items[i]
 		a := &res.Entries[i]
 		a.ID = it.leaf.ID
+		if j, dup := localPos[it.leaf.ID]; dup && !sameContent(&r.items[j].leaf, &it.leaf) {
+			// The request contradicts itself: a bad request, not a
+			// violation of what the log holds.
+			l.s.metrics.conflicts.WithLabelValues(l.name, "id_conflict_in_request").Inc()
+			return &ConflictError{Log: l.name, ID: it.leaf.ID, Item: i, EarlierItem: j}
+		}
 		prior, ok := local[it.leaf.ID]
 		if !ok {
 			prior, ok = pending[it.leaf.ID]
@@ -380,7 +399,7 @@ func (l *Log) resolve(r *appendReq, ids *pebble.Iterator, pending map[string]*it
 				l.s.metrics.violations.WithLabelValues(l.name, "id_conflict").Inc()
 				l.s.metrics.conflicts.WithLabelValues(l.name, "id_conflict").Inc()
 				l.s.log.Warn("integrity violation: event id reused with different content", "log", l.name, "id", it.leaf.ID, "index", prior.index)
-				return &ConflictError{Log: l.name, ID: it.leaf.ID, Index: prior.index, Item: i}
+				return &ConflictError{Log: l.name, ID: it.leaf.ID, Index: prior.index, Item: i, EarlierItem: -1}
 			}
 			a.Index, a.LeafHash, a.Duplicate = prior.index, prior.hash, true
 			dups++
@@ -389,6 +408,7 @@ func (l *Log) resolve(r *appendReq, ids *pebble.Iterator, pending map[string]*it
 		it.index = next + uint64(len(mine))
 		a.Index, a.LeafHash = it.index, it.hash
 		local[it.leaf.ID] = it
+		localPos[it.leaf.ID] = i
 		mine = append(mine, it)
 	}
 	for _, it := range mine {

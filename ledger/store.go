@@ -42,13 +42,20 @@ var (
 // ConflictError reports an event id that the log already holds with
 // different content. The request that carried it was refused as a whole.
 type ConflictError struct {
-	Log   string
-	ID    string
-	Index uint64 // where the log holds the id
-	Item  int    // position of the conflicting event in the request
+	Log  string
+	ID   string
+	Item int // position of the conflicting event in the request
+	// EarlierItem is the position of an earlier event of the same request
+	// with the same id and different content, or -1 when the log itself
+	// holds the id, at Index.
+	EarlierItem int
+	Index       uint64
 }
 
 func (e *ConflictError) Error() string {
+	if e.EarlierItem >= 0 {
+		return fmt.Sprintf("ledger: %s: events %d and %d of the request carry id %q with different content", e.Log, e.EarlierItem, e.Item, e.ID)
+	}
 	return fmt.Sprintf("ledger: %s: event %d: id %q is already entry %d with different content", e.Log, e.Item, e.ID, e.Index)
 }
 

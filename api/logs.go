@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -95,12 +96,13 @@ func (s *Server) postEntries(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_parameter", fmt.Sprintf("wait=%q: the only value is \"checkpoint\"", wait), nil)
 		return
 	}
-	var l *ledger.Log
-	var err error
-	if s.opts.CreateLogs {
-		l, err = s.store.CreateLog(name)
-	} else {
-		l, err = s.store.Log(name)
+	l, err := s.store.Log(name)
+	if errors.Is(err, ledger.ErrLogNotFound) && s.opts.CreateLogs {
+		if !ledger.ValidLogName(name) {
+			err = fmt.Errorf("%w: %q", ledger.ErrLogName, name)
+		} else {
+			err = nil // created below, once the body has decoded
+		}
 	}
 	if err != nil {
 		s.writeErr(w, r, err)
@@ -111,6 +113,12 @@ func (s *Server) postEntries(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.writeErr(w, r, err)
 		return
+	}
+	if l == nil {
+		if l, err = s.store.CreateLog(name); err != nil {
+			s.writeErr(w, r, err)
+			return
+		}
 	}
 	res, err := l.Append(r.Context(), entries)
 	if err != nil {
@@ -193,7 +201,7 @@ func renderEntry(rec *ledger.Record, forceBase64 bool) entryOut {
 		out.Source = &sourceOut{Topic: src.Topic, Partition: src.Partition, Offset: src.Offset}
 	}
 	if !rec.PayloadPruned {
-		if rec.PayloadJSON && !forceBase64 && json.Valid(rec.Payload) {
+		if rec.PayloadJSON && !forceBase64 && isCompactJSON(rec.Payload) {
 			out.Payload = rec.Payload
 		} else {
 			p := base64.StdEncoding.EncodeToString(rec.Payload)
@@ -201,6 +209,14 @@ func renderEntry(rec *ledger.Record, forceBase64 bool) entryOut {
 		}
 	}
 	return out
+}
+
+// isCompactJSON reports whether b is a JSON value encoding/json will write
+// byte for byte: valid and without insignificant whitespace.
+func isCompactJSON(b []byte) bool {
+	var buf bytes.Buffer
+	buf.Grow(len(b))
+	return json.Compact(&buf, b) == nil && bytes.Equal(buf.Bytes(), b)
 }
 
 func (s *Server) getEntry(w http.ResponseWriter, r *http.Request) {

@@ -60,7 +60,7 @@ type Limits struct {
 // entries in order, or a *DecodeError naming the line of the first problem.
 func Decode(r io.Reader, lim Limits) ([]ledger.Entry, error) {
 	br := bufio.NewReaderSize(r, 64<<10)
-	first, err := peekNonSpace(br)
+	first, skipped, err := peekNonSpace(br)
 	if err == io.EOF {
 		return nil, ErrEmpty
 	}
@@ -73,6 +73,10 @@ func Decode(r io.Reader, lim Limits) ([]ledger.Entry, error) {
 	} else {
 		out, err = decodeNDJSON(br, lim)
 	}
+	var de *DecodeError
+	if errors.As(err, &de) {
+		de.Line += skipped // lines of leading whitespace
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -82,33 +86,41 @@ func Decode(r io.Reader, lim Limits) ([]ledger.Entry, error) {
 	return out, nil
 }
 
-func peekNonSpace(br *bufio.Reader) (byte, error) {
+// peekNonSpace skips leading whitespace and returns the first other byte
+// and how many newlines it skipped.
+func peekNonSpace(br *bufio.Reader) (byte, int, error) {
+	lines := 0
 	for {
 		b, err := br.Peek(1)
 		if err != nil {
-			return 0, err
+			return 0, lines, err
 		}
 		switch b[0] {
-		case ' ', '\t', '\r', '\n':
+		case '\n':
+			lines++
+			fallthrough
+		case ' ', '\t', '\r':
 			br.ReadByte()
 			continue
 		}
-		return b[0], nil
+		return b[0], lines, nil
 	}
 }
 
 // lineCounter counts the newlines of everything read through it, so decode
 // errors can name a line.
 type lineCounter struct {
-	r     io.Reader
-	buf   []byte // everything read, for mapping offsets to lines
-	total int64
+	r   io.Reader
+	buf []byte // everything read, for mapping offsets to lines
+	err error  // the reader's last error other than EOF
 }
 
 func (c *lineCounter) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.buf = append(c.buf, p[:n]...)
-	c.total += int64(n)
+	if err != nil && err != io.EOF {
+		c.err = err
+	}
 	return n, err
 }
 
@@ -123,15 +135,19 @@ func decodeArray(r io.Reader, lim Limits) ([]ledger.Entry, error) {
 	lc := &lineCounter{r: r}
 	dec := json.NewDecoder(lc)
 	dec.DisallowUnknownFields()
+	var start int64 // offset where the current event's value begins
 	fail := func(item int, err error) error {
-		off := dec.InputOffset()
 		var se *json.SyntaxError
-		if errors.As(err, &se) {
-			off = se.Offset
-		}
 		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			off = te.Offset
+		off := dec.InputOffset()
+		if lc.err != nil && errors.Is(err, lc.err) {
+			return err // the body could not be read (too large, cut off)
+		}
+		switch {
+		case errors.As(err, &se):
+			off = se.Offset // from the start of the stream
+		case errors.As(err, &te):
+			off = start + te.Offset // from the start of the value
 		}
 		return &DecodeError{Line: lc.lineAt(off), Item: item, Err: cleanJSONError(err)}
 	}
@@ -141,9 +157,10 @@ func decodeArray(r io.Reader, lim Limits) ([]ledger.Entry, error) {
 	var out []ledger.Entry
 	for i := 0; dec.More(); i++ {
 		if lim.MaxEvents > 0 && i >= lim.MaxEvents {
-			return nil, &DecodeError{Line: lc.lineAt(dec.InputOffset()), Item: i, Err: fmt.Sprintf("more than %d events in one request", lim.MaxEvents)}
+			off := dec.InputOffset()
+			return nil, &DecodeError{Line: lc.lineAt(off) + leadingNewlines(lc.buf, off), Item: i, Err: fmt.Sprintf("more than %d events in one request", lim.MaxEvents)}
 		}
-		start := dec.InputOffset()
+		start = dec.InputOffset()
 		var ev Event
 		if err := dec.Decode(&ev); err != nil {
 			return nil, fail(i, err)

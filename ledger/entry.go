@@ -156,6 +156,9 @@ func decodeStored(log string, index uint64, b []byte) (*Record, error) {
 		return nil, errStored
 	}
 	f := b[0]
+	if f&^(sKey|sTimeAssigned|sSource|sPayloadJSON|sPruned) != 0 {
+		return nil, errStored
+	}
 	b = b[1:]
 	str := func() ([]byte, bool) {
 		n, k := binary.Uvarint(b)

@@ -80,7 +80,7 @@ type appendedOut struct {
 	ID             string        `json:"id"`
 	LeafHash       merkle.Hash   `json:"leaf_hash"`
 	Duplicate      bool          `json:"duplicate"`
-	InclusionProof []merkle.Hash `json:"inclusion_proof,omitempty"`
+	InclusionProof []merkle.Hash `json:"inclusion_proof,omitzero"` // [] for a one-entry tree
 }
 
 type appendOut struct {
@@ -98,10 +98,9 @@ func (s *Server) postEntries(w http.ResponseWriter, r *http.Request) {
 	}
 	l, err := s.store.Log(name)
 	if errors.Is(err, ledger.ErrLogNotFound) && s.opts.CreateLogs {
+		err = nil // made after the body decodes
 		if !ledger.ValidLogName(name) {
 			err = fmt.Errorf("%w: %q", ledger.ErrLogName, name)
-		} else {
-			err = nil // created below, once the body has decoded
 		}
 	}
 	if err != nil {
@@ -115,7 +114,9 @@ func (s *Server) postEntries(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if l == nil {
-		if l, err = s.store.CreateLog(name); err != nil {
+		// The log comes into existence with its first successful append:
+		// a refused request leaves no trace.
+		if l, err = s.store.LogForAppend(name); err != nil {
 			s.writeErr(w, r, err)
 			return
 		}

@@ -180,9 +180,9 @@ func (s *Server) auth(write bool) func(http.Handler) http.Handler {
 }
 
 func tokenIs(r *http.Request, want string) bool {
-	h := r.Header.Get("Authorization")
-	got, found := strings.CutPrefix(h, "Bearer ")
-	return found && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+	scheme, got, found := strings.Cut(r.Header.Get("Authorization"), " ")
+	// The scheme name is case-insensitive (RFC 9110, section 11.1).
+	return found && strings.EqualFold(scheme, "Bearer") && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {

@@ -1119,3 +1119,44 @@ func TestLedgerClose(t *testing.T) {
 		t.Errorf("Checkpoint() after Close = %v, want size 1", cp)
 	}
 }
+
+// A log from LogForAppend exists only once an append to it has succeeded.
+func TestLogForAppendCreatedByFirstCommit(t *testing.T) {
+	s, _ := newTestStore(t)
+	l, err := s.LogForAppend("lazy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := []Entry{{ID: "x", Payload: []byte("1")}, {ID: "x", Payload: []byte("2")}}
+	var ce *ConflictError
+	if _, err := l.Append(context.Background(), bad); !errors.As(err, &ce) || ce.EarlierItem != 0 || ce.Item != 1 {
+		t.Fatalf("self-contradicting request: %v, want a ConflictError between items 0 and 1", err)
+	}
+	if _, err := s.Log("lazy"); !errors.Is(err, ErrLogNotFound) {
+		t.Fatalf("after a refused first append Log = %v, want ErrLogNotFound", err)
+	}
+	if len(s.Logs()) != 0 {
+		t.Fatalf("Logs() = %v, want none", s.Logs())
+	}
+	if _, err := l.Append(context.Background(), []Entry{{ID: "y", Payload: []byte("1")}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Log("lazy"); err != nil || got != l || got.Size() != 1 {
+		t.Fatalf("after the first append Log = %v, %v", got, err)
+	}
+	// CreateLog of an existing log is a no-op; of a new one, durable at once.
+	if _, err := s.CreateLog("lazy"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateLog("eager"); err != nil {
+		t.Fatal(err)
+	}
+	s = reopen(t, s)
+	var names []string
+	for _, li := range s.Logs() {
+		names = append(names, fmt.Sprintf("%s:%d", li.Name, li.Size))
+	}
+	if want := []string{"eager:0", "lazy:1"}; !reflect.DeepEqual(names, want) {
+		t.Fatalf("after reopen Logs() = %v, want %v", names, want)
+	}
+}

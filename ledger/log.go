@@ -29,8 +29,12 @@ type Log struct {
 	cpNext    chan struct{} // closed when a new checkpoint is published
 	failed    atomic.Pointer[error]
 	stopped   chan struct{} // closed when the writer has exited
+	// persisted is set once the log's name and metadata are durable: by
+	// CreateLog, or by the first commit of a log from LogForAppend.
+	persisted atomic.Bool
 
-	w writer // owned by the run goroutine
+	w    writer     // owned by the run goroutine
+	held *appendReq // a request collect took but left for the next group
 }
 
 type treeState struct {
@@ -96,7 +100,8 @@ type item struct {
 }
 
 type appendReq struct {
-	items []item
+	items   []item
+	persist *pebble.Batch // CreateLog: commit this instead of entries
 	enq   time.Time
 	done  chan struct{}
 	res   *AppendResult
@@ -171,6 +176,28 @@ func prepare(log string, e *Entry, now time.Time, it *item) error {
 	return nil
 }
 
+// persist commits b (the log's name and metadata) through the writer and
+// marks the log persisted.
+func (l *Log) persist(b *pebble.Batch) error {
+	req := &appendReq{persist: b, enq: time.Now(), done: make(chan struct{})}
+	select {
+	case l.reqs <- req:
+	case <-l.s.quit:
+		return ErrClosed
+	}
+	select {
+	case <-req.done:
+		return req.err
+	case <-l.stopped:
+		select {
+		case <-req.done:
+			return req.err
+		default:
+			return ErrClosed
+		}
+	}
+}
+
 // WaitCheckpoint returns the first checkpoint whose size is at least size,
 // waiting for one to be signed if needed. A log signs its first checkpoint
 // after its first append, so on an empty log even size 0 waits for it.
@@ -224,6 +251,11 @@ func (l *Log) run() {
 		select {
 		case req := <-l.reqs:
 			l.process(l.collect(req))
+			for l.held != nil {
+				h := l.held
+				l.held = nil
+				l.process(l.collect(h))
+			}
 		case <-timerC:
 			timerC = nil
 		case <-l.s.quit:
@@ -251,12 +283,18 @@ func (l *Log) run() {
 
 func (l *Log) needsCheckpoint() bool {
 	cp := l.cp.Load()
-	return cp == nil || cp.Size < l.w.size
+	if cp == nil {
+		return l.w.size > 0
+	}
+	return cp.Size < l.w.size
 }
 
 // collect gathers queued requests into one group commit.
 func (l *Log) collect(first *appendReq) []*appendReq {
 	group := []*appendReq{first}
+	if first.persist != nil {
+		return group
+	}
 	n := len(first.items)
 	var deadline <-chan time.Time
 	if d := l.s.opts.batchDelay; d > 0 {
@@ -265,22 +303,26 @@ func (l *Log) collect(first *appendReq) []*appendReq {
 		deadline = t.C
 	}
 	for n < l.s.opts.maxBatch {
+		var r *appendReq
 		if deadline == nil {
 			select {
-			case r := <-l.reqs:
-				group, n = append(group, r), n+len(r.items)
-				continue
+			case r = <-l.reqs:
 			default:
 			}
+		} else {
+			select {
+			case r = <-l.reqs:
+			case <-deadline:
+			}
+		}
+		if r == nil {
 			break
 		}
-		select {
-		case r := <-l.reqs:
-			group, n = append(group, r), n+len(r.items)
-			continue
-		case <-deadline:
+		if r.persist != nil {
+			l.held = r // runs as its own group next
+			break
 		}
-		break
+		group, n = append(group, r), n+len(r.items)
 	}
 	return group
 }
@@ -308,6 +350,17 @@ func (l *Log) process(group []*appendReq) {
 		return
 	}
 	m := l.s.metrics
+	if group[0].persist != nil {
+		// collect never groups a persist request with others.
+		r := group[0]
+		if !l.persisted.Load() {
+			if r.err = r.persist.Commit(pebble.Sync); r.err == nil {
+				l.markPersisted()
+			}
+		}
+		close(r.done)
+		return
+	}
 	pending := map[string]*item{}
 	var fresh []*item
 	// Absent ids are the common case; an iterator with L6 filters lets the
@@ -458,12 +511,25 @@ func (l *Log) commit(fresh []*item) error {
 	var r merkle.Hash
 	copy(r[:], root)
 	_ = b.Set(metaKey(l.id), encodeMeta(logMeta{name: l.name, size: size, root: r}), nil)
+	first := !l.persisted.Load()
+	if first {
+		_ = b.Set(nameKey(l.name), binary.BigEndian.AppendUint32(nil, l.id), nil)
+	}
 	if err := b.Commit(pebble.Sync); err != nil {
 		return err
+	}
+	if first {
+		l.markPersisted()
 	}
 	w.size, w.root = size, r
 	l.committed.Store(&treeState{size: size, root: r})
 	return nil
+}
+
+func (l *Log) markPersisted() {
+	l.persisted.Store(true)
+	l.s.metrics.size.WithLabelValues(l.name).Set(float64(l.w.size))
+	l.s.log.Info("log created", "log", l.name)
 }
 
 // visit records the new tree nodes that tiles store.
@@ -598,6 +664,12 @@ func (l *Log) scanIDs(f *idFilter) error {
 func (l *Log) reload() error {
 	last := l.w.lastSign
 	aw := l.w.awaiting
+	if !l.persisted.Load() {
+		// Nothing of the log reached storage.
+		l.w = writer{root: merkle.EmptyRoot(), rng: merkle.NewRange(), lastSign: last}
+		l.committed.Store(&treeState{root: merkle.EmptyRoot()})
+		return nil
+	}
 	if err := l.load(); err != nil {
 		return err
 	}

@@ -177,6 +177,7 @@ func (s *Store) loadLogs() error {
 			return fmt.Errorf("ledger: log %d metadata: %w", id, err)
 		}
 		l := newLog(s, m.name, id)
+		l.persisted.Store(true)
 		if err := l.load(); err != nil {
 			return fmt.Errorf("ledger: load log %s: %w", m.name, err)
 		}
@@ -203,14 +204,33 @@ func (s *Store) start(l *Log) {
 func (s *Store) Log(name string) (*Log, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if l, ok := s.logs[name]; ok {
+	if l, ok := s.logs[name]; ok && l.persisted.Load() {
 		return l, nil
 	}
 	return nil, fmt.Errorf("%w: %q", ErrLogNotFound, name)
 }
 
-// CreateLog returns the named log, creating it if it does not exist.
+// CreateLog returns the named log, creating it durably if it does not exist.
 func (s *Store) CreateLog(name string) (*Log, error) {
+	l, err := s.LogForAppend(name)
+	if err != nil || l.persisted.Load() {
+		return l, err
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	_ = b.Set(nameKey(name), binary.BigEndian.AppendUint32(nil, l.id), nil)
+	_ = b.Set(metaKey(l.id), encodeMeta(logMeta{name: name, root: merkle.EmptyRoot()}), nil)
+	// Through the writer, so it cannot race with a first append.
+	if err := l.persist(b); err != nil {
+		return nil, fmt.Errorf("ledger: create log %s: %w", name, err)
+	}
+	return l, nil
+}
+
+// LogForAppend returns the named log; if it does not exist, it returns a new
+// log that comes into existence (is listed, survives a restart) with its
+// first successful append. A request that fails leaves no trace.
+func (s *Store) LogForAppend(name string) (*Log, error) {
 	if !ValidLogName(name) {
 		return nil, fmt.Errorf("%w: %q (want 1-128 of A-Z a-z 0-9 . _ -, starting with a letter or digit)", ErrLogName, name)
 	}
@@ -222,21 +242,12 @@ func (s *Store) CreateLog(name string) (*Log, error) {
 	if l, ok := s.logs[name]; ok {
 		return l, nil
 	}
-	id := s.nextID
-	b := s.db.NewBatch()
-	_ = b.Set(nameKey(name), binary.BigEndian.AppendUint32(nil, id), nil)
-	_ = b.Set(metaKey(id), encodeMeta(logMeta{name: name, root: merkle.EmptyRoot()}), nil)
-	if err := b.Commit(pebble.Sync); err != nil {
-		return nil, fmt.Errorf("ledger: create log %s: %w", name, err)
-	}
+	l := newLog(s, name, s.nextID)
 	s.nextID++
-	l := newLog(s, name, id)
 	l.w.root = merkle.EmptyRoot()
 	l.w.rng = merkle.NewRange()
 	s.logs[name] = l
-	s.metrics.size.WithLabelValues(name).Set(0)
 	s.start(l)
-	s.log.Info("log created", "log", name)
 	return l, nil
 }
 
@@ -252,7 +263,9 @@ func (s *Store) Logs() []LogInfo {
 	s.mu.Lock()
 	ls := make([]*Log, 0, len(s.logs))
 	for _, l := range s.logs {
-		ls = append(ls, l)
+		if l.persisted.Load() {
+			ls = append(ls, l)
+		}
 	}
 	s.mu.Unlock()
 	sort.Slice(ls, func(i, j int) bool { return ls[i].name < ls[j].name })

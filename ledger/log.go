@@ -102,10 +102,10 @@ type item struct {
 type appendReq struct {
 	items   []item
 	persist *pebble.Batch // CreateLog: commit this instead of entries
-	enq   time.Time
-	done  chan struct{}
-	res   *AppendResult
-	err   error
+	enq     time.Time
+	done    chan struct{}
+	res     *AppendResult
+	err     error
 }
 
 // Append adds entries to the log as one request: either every entry is

@@ -175,9 +175,11 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // cpTracker times each request from its start to the first checkpoint that
 // covers it.
 type cpTracker struct {
-	mu      sync.Mutex
-	pending []cpWait
-	lat     latencies
+	mu       sync.Mutex
+	pending  []cpWait
+	lat      latencies
+	lastSize uint64    // the newest checkpoint seen
+	lastAt   time.Time // when it was seen
 }
 
 type cpWait struct {
@@ -187,12 +189,20 @@ type cpWait struct {
 
 func (t *cpTracker) acked(size uint64, start time.Time) {
 	t.mu.Lock()
+	defer t.mu.Unlock()
+	if size <= t.lastSize {
+		// The covering checkpoint was seen before the ack was.
+		t.lat.add(t.lastAt.Sub(start))
+		return
+	}
 	t.pending = append(t.pending, cpWait{size, start})
-	t.mu.Unlock()
 }
 
 func (t *cpTracker) checkpoint(size uint64, at time.Time) {
 	t.mu.Lock()
+	if size > t.lastSize {
+		t.lastSize, t.lastAt = size, at
+	}
 	k := 0
 	for _, w := range t.pending {
 		if w.size <= size {

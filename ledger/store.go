@@ -10,6 +10,7 @@
 package ledger
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -292,24 +293,36 @@ func (s *Store) Close() error {
 	return s.db.Close()
 }
 
-// DiskUsage reports the bytes Pebble holds on disk and by kind of key
-// (estimated from table properties of the key ranges).
-func (s *Store) DiskUsage() (total uint64, byKind map[string]uint64, err error) {
-	byKind = map[string]uint64{}
-	kinds := map[byte]string{kindEntry: "entries", kindIDIndex: "id index", kindHashIndex: "leaf hash index", kindTile: "tiles", kindCheckpoint: "checkpoints", kindMeta: "metadata"}
+// Usage is the ledger's disk space.
+type Usage struct {
+	Total  uint64 // everything Pebble has on disk
+	Tables uint64 // live sstables: the data itself
+	WAL    uint64 // write-ahead log, bounded by the memtable size, not the data
+	Other  uint64 // obsolete tables awaiting deletion, manifest, options
+	// ByKind estimates the live table bytes of each kind of key.
+	ByKind map[string]uint64
+}
+
+// DiskUsage reports the ledger's disk space, with the live table bytes of
+// each kind of key (estimated from table properties of its key range).
+func (s *Store) DiskUsage() (Usage, error) {
+	m := s.db.Metrics()
+	u := Usage{Total: m.DiskSpaceUsage(), Tables: m.Table.Local.LiveSize, WAL: m.WAL.PhysicalSize + m.WAL.ObsoletePhysicalSize, ByKind: map[string]uint64{}}
+	u.Other = u.Total - u.Tables - u.WAL
+	kinds := map[byte]string{kindEntry: "entries", kindIDIndex: "id index", kindHashIndex: "leaf hash index", kindTile: "tiles", kindCheckpoint: "checkpoints", kindMeta: "metadata", kindName: "names"}
 	for k, name := range kinds {
 		n, err := s.db.EstimateDiskUsage([]byte{k}, []byte{k + 1})
 		if err != nil {
-			return 0, nil, err
+			return u, err
 		}
-		byKind[name] = n
+		u.ByKind[name] = n
 	}
-	return s.db.Metrics().DiskSpaceUsage(), byKind, nil
+	return u, nil
 }
 
 // Compact compacts the whole keyspace (used before measuring storage).
 func (s *Store) Compact() error {
-	return s.db.Compact(nil, []byte{0}, []byte{0xff}, true)
+	return s.db.Compact(context.Background(), []byte{0}, []byte{0xff}, true)
 }
 
 type logMeta struct {

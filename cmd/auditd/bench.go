@@ -361,24 +361,28 @@ func reportStorage(st *ledger.Store, n, payload int, res map[string]any) error {
 	if err := st.Compact(); err != nil {
 		return err
 	}
-	total, byKind, err := st.DiskUsage()
+	u, err := st.DiskUsage()
 	if err != nil {
 		return err
 	}
-	beyond := (float64(total) - float64(n*payload)) / float64(n)
-	fmt.Printf("storage: %d bytes on disk for %d entries = %.1f bytes/entry, %.1f beyond the %d-byte payload\n",
-		total, n, float64(total)/float64(n), beyond, payload)
-	kinds := make([]string, 0, len(byKind))
-	for k := range byKind {
+	per := func(b uint64) float64 { return float64(b) / float64(n) }
+	fmt.Printf("storage: %d entries with %d-byte payloads (payload bytes are incompressible only with -random-payload)\n", n, payload)
+	fmt.Printf("storage:   live tables    %12d bytes  %7.1f bytes/entry  %7.1f beyond the payload\n", u.Tables, per(u.Tables), per(u.Tables)-float64(payload))
+	kinds := make([]string, 0, len(u.ByKind))
+	for k := range u.ByKind {
 		kinds = append(kinds, k)
 	}
 	sort.Strings(kinds)
 	for _, k := range kinds {
-		fmt.Printf("storage:   %-16s %12d bytes  %7.1f bytes/entry\n", k, byKind[k], float64(byKind[k])/float64(n))
+		fmt.Printf("storage:     %-16s %12d bytes  %7.1f bytes/entry\n", k, u.ByKind[k], per(u.ByKind[k]))
 	}
-	res["disk_bytes"] = total
-	res["bytes_per_entry_beyond_payload"] = beyond
-	res["disk_bytes_by_kind"] = byKind
+	fmt.Printf("storage:   WAL            %12d bytes  (bounded by the memtables, not by the entries)\n", u.WAL)
+	fmt.Printf("storage:   other          %12d bytes  (obsolete tables awaiting deletion, manifest, options)\n", u.Other)
+	fmt.Printf("storage:   total on disk  %12d bytes  %7.1f bytes/entry\n", u.Total, per(u.Total))
+	res["disk_bytes"] = u.Total
+	res["table_bytes"] = u.Tables
+	res["bytes_per_entry_beyond_payload"] = per(u.Tables) - float64(payload)
+	res["table_bytes_by_kind"] = u.ByKind
 	return nil
 }
 

@@ -369,19 +369,16 @@ func (s *Server) getInclusion(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "out_of_range", fmt.Sprintf("index %d is not below tree size %d", index, out.Size), nil)
 		return
 	}
-	if leafHash == (merkle.Hash{}) {
-		hs, err := l.HashReader().ReadHashes([]merkle.NodeID{{Level: 0, Index: index}})
-		if err != nil {
-			s.writeErr(w, r, err)
-			return
-		}
-		leafHash = hs[0]
-	}
-	out.LeafHash = leafHash
-	if out.Hashes, err = l.InclusionProof(index, out.Size); err != nil {
+	leaf, hashes, err := l.LeafInclusion(index, out.Size)
+	if err != nil {
 		s.writeErr(w, r, err)
 		return
 	}
+	if leafHash != (merkle.Hash{}) && leaf != leafHash {
+		s.writeErr(w, r, fmt.Errorf("ledger: %s: leaf %d hash %s differs from its index entry %s", l.Name(), index, leaf, leafHash))
+		return
+	}
+	out.LeafHash, out.Hashes = leaf, hashes
 	writeJSON(w, http.StatusOK, out)
 }
 

@@ -122,7 +122,9 @@ func (l *Log) indexes(key []byte) ([]uint64, error) {
 
 // HashReader returns a reader of the log's tree hashes. It reads only
 // committed state; callers must ask only for nodes below Size().
-func (l *Log) HashReader() merkle.HashReader { return hashReader{db: l.s.db, log: l.id} }
+func (l *Log) HashReader() merkle.HashReader {
+	return hashReader{db: l.s.db, log: l.id, cache: l.s.tiles}
+}
 
 // InclusionProof proves that entry index is in the tree of the given size.
 func (l *Log) InclusionProof(index, size uint64) ([]merkle.Hash, error) {
@@ -130,6 +132,40 @@ func (l *Log) InclusionProof(index, size uint64) ([]merkle.Hash, error) {
 		return nil, fmt.Errorf("%w: tree size %d is beyond the log's size %d", ErrRange, size, cur)
 	}
 	return merkle.ProveInclusion(index, size, l.HashReader())
+}
+
+// LeafInclusion returns the hash of leaf index and its inclusion proof in
+// the tree of the given size, reading each tile once.
+func (l *Log) LeafInclusion(index, size uint64) (merkle.Hash, []merkle.Hash, error) {
+	if cur := l.Size(); size > cur {
+		return merkle.Hash{}, nil, fmt.Errorf("%w: tree size %d is beyond the log's size %d", ErrRange, size, cur)
+	}
+	if index >= size {
+		return merkle.Hash{}, nil, fmt.Errorf("%w: index %d is not below tree size %d", ErrRange, index, size)
+	}
+	var leaf merkle.Hash
+	// The proof's reader also fetches the leaf: the level-0 tile the proof
+	// reads anyway holds it.
+	r := merkle.HashReaderFunc(func(ids []merkle.NodeID) ([]merkle.Hash, error) {
+		hs, err := l.HashReader().ReadHashes(append(ids, merkle.NodeID{Level: 0, Index: index}))
+		if err != nil {
+			return nil, err
+		}
+		leaf = hs[len(hs)-1]
+		return hs[:len(hs)-1], nil
+	})
+	p, err := merkle.ProveInclusion(index, size, r)
+	if err != nil {
+		return merkle.Hash{}, nil, err
+	}
+	if size == 1 { // an empty proof reads nothing
+		hs, err := l.HashReader().ReadHashes([]merkle.NodeID{{Level: 0, Index: index}})
+		if err != nil {
+			return merkle.Hash{}, nil, err
+		}
+		leaf = hs[0]
+	}
+	return leaf, p, nil
 }
 
 // ConsistencyProof proves that the tree of size to extends the tree of size

@@ -110,6 +110,7 @@ type Store struct {
 	metrics  *metrics
 	quit     chan struct{}
 	wg       sync.WaitGroup
+	tiles    *tileCache // full upper-level tiles, shared by all logs
 
 	mu     sync.Mutex
 	logs   map[string]*Log
@@ -151,7 +152,7 @@ func Open(dir string, signer note.Signer, v note.Verifier, opts ...Option) (*Sto
 	if err != nil {
 		return nil, fmt.Errorf("ledger: open %s: %w", dir, err)
 	}
-	s := &Store{db: db, signer: signer, verifier: v, opts: o, log: o.logger, metrics: newMetrics(), quit: make(chan struct{}), logs: map[string]*Log{}, nextID: 1}
+	s := &Store{db: db, signer: signer, verifier: v, opts: o, log: o.logger, metrics: newMetrics(), quit: make(chan struct{}), tiles: newTileCache(), logs: map[string]*Log{}, nextID: 1}
 	if err := s.loadLogs(); err != nil {
 		s.Close()
 		return nil, err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
+	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/auditd/auditd/merkle"
 )
@@ -73,8 +74,30 @@ var errMissingHash = errors.New("ledger: tree hash missing from storage")
 
 // hashReader reads node hashes from the tiles of one log.
 type hashReader struct {
-	db  pebble.Reader
+	db    pebble.Reader
+	log   uint32
+	cache *tileCache // full tiles above level 0; nil for none
+}
+
+// tileCache keeps full tiles of tile level 1 and up, expanded into all
+// their nodes. Full tiles never change, and there is one level-1 tile per
+// 65,536 entries, so a small cache saves all but one point read per proof
+// and the hashing of the upper levels.
+type tileCache = lru.Cache[tileCacheKey, *expandedTile]
+
+type tileCacheKey struct {
 	log uint32
+	tileID
+}
+
+const tileCacheEntries = 2048 // 16 KB each: at most 32 MB
+
+func newTileCache() *tileCache {
+	c, err := lru.New[tileCacheKey, *expandedTile](tileCacheEntries)
+	if err != nil {
+		panic(err) // only for a non-positive size
+	}
+	return c
 }
 
 type tileID struct {
@@ -83,9 +106,10 @@ type tileID struct {
 }
 
 // ReadHashes implements merkle.HashReader. Each tile is read once per call,
-// and only the hashes a node needs are decoded.
+// and only the hashes a node needs are decoded. Full tiles above level 0
+// are expanded once into every node they hold and cached.
 func (r hashReader) ReadHashes(ids []merkle.NodeID) ([]merkle.Hash, error) {
-	tiles := make(map[tileID][]byte, 4)
+	raw := make(map[tileID][]byte, 4)
 	out := make([]merkle.Hash, len(ids))
 	var run [tileWidth]merkle.Hash
 	for i, id := range ids {
@@ -93,7 +117,15 @@ func (r hashReader) ReadHashes(ids []merkle.NodeID) ([]merkle.Hash, error) {
 		sub := id.Level % tileHeight
 		first := id.Index << sub // first hash at tree level 8t
 		tid := tileID{t, first / tileWidth}
-		v, ok := tiles[tid]
+		off := int(first % tileWidth)
+		cacheable := r.cache != nil && tid.level > 0
+		if cacheable {
+			if x, ok := r.cache.Get(tileCacheKey{r.log, tid}); ok {
+				out[i] = x[sub][off>>sub]
+				continue
+			}
+		}
+		v, ok := raw[tid]
 		if !ok {
 			b, closer, err := r.db.Get(tileKey(r.log, tid.level, tid.n))
 			if errors.Is(err, pebble.ErrNotFound) {
@@ -104,13 +136,18 @@ func (r hashReader) ReadHashes(ids []merkle.NodeID) ([]merkle.Hash, error) {
 			}
 			v = append([]byte(nil), b...)
 			closer.Close()
-			if _, _, err := tileShape(len(v)); err != nil {
-				return nil, err
-			}
-			tiles[tid] = v
+			raw[tid] = v
 		}
-		w, _, _ := tileShape(len(v))
-		off := int(first % tileWidth)
+		w, _, err := tileShape(len(v))
+		if err != nil {
+			return nil, err
+		}
+		if cacheable && w == tileWidth {
+			x := expandTile(v)
+			r.cache.Add(tileCacheKey{r.log, tid}, x)
+			out[i] = x[sub][off>>sub]
+			continue
+		}
 		start, cnt := off, 1<<sub // in base hashes
 		if sub >= midLevel {
 			start, cnt = w+off/midStride, 1<<(sub-midLevel)
@@ -129,6 +166,35 @@ func (r hashReader) ReadHashes(ids []merkle.NodeID) ([]merkle.Hash, error) {
 		out[i] = subtreeHash(run[:cnt])
 	}
 	return out, nil
+}
+
+// expandedTile holds every node of a full tile: level k (0..7) has 256>>k
+// hashes.
+type expandedTile [tileHeight][]merkle.Hash
+
+// expandTile computes every node of a full stored tile, taking the level-4
+// nodes from the tile instead of hashing them again.
+func expandTile(v []byte) *expandedTile {
+	var x expandedTile
+	all := make([]merkle.Hash, 2*tileWidth-2) // 256+128+...+2
+	for k, n := 0, tileWidth; k < tileHeight; k, n = k+1, n/2 {
+		x[k], all = all[:n:n], all[n:]
+	}
+	for j := range x[0] {
+		copy(x[0][j][:], v[j*merkle.HashSize:])
+	}
+	for j := range x[midLevel] {
+		copy(x[midLevel][j][:], v[(tileWidth+j)*merkle.HashSize:])
+	}
+	for k := 1; k < tileHeight; k++ {
+		if k == midLevel {
+			continue
+		}
+		for j := range x[k] {
+			x[k][j] = merkle.NodeHash(x[k-1][2*j], x[k-1][2*j+1])
+		}
+	}
+	return &x
 }
 
 // tileShape returns the base and mid hash counts of a tile value of n bytes.

@@ -60,6 +60,9 @@ type Config struct {
 	// ShutdownTimeout bounds the graceful drain of HTTP requests on
 	// SIGINT/SIGTERM. Default 10s.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// DebugListen, if set, serves Go's /debug/pprof profiles on this
+	// address (keep it on loopback). Default off.
+	DebugListen string `yaml:"debug_listen"`
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string `yaml:"log_level"`
 	// LogFormat is text or json. Default text.
@@ -134,6 +137,7 @@ func bindFlags(fs *flag.FlagSet, c *Config) {
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest POST body in bytes")
 	fs.StringVar(&c.WriteToken, "write-token", c.WriteToken, "bearer token required for writes (or AUDITD_WRITE_TOKEN)")
 	fs.StringVar(&c.ReadToken, "read-token", c.ReadToken, "bearer token required for reads (or AUDITD_READ_TOKEN)")
+	fs.StringVar(&c.DebugListen, "debug-listen", c.DebugListen, "serve /debug/pprof on this address (off when empty)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")
 }

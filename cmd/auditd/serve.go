@@ -8,9 +8,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -116,6 +116,20 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 		auditdReg.MustRegister(c)
 	}
 
+	if cfg.DebugListen != "" {
+		dl, err := net.Listen("tcp", cfg.DebugListen)
+		if err != nil {
+			return fmt.Errorf("debug listen %s: %w", cfg.DebugListen, err)
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		ds := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go ds.Serve(dl)
+		defer ds.Close()
+		logger.Info("serving Go profiles", "addr", "http://"+dl.Addr().String()+"/debug/pprof/")
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
@@ -144,4 +158,3 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 	return nil
 }
 
-var _ = strings.TrimSpace

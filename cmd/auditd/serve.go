@@ -157,4 +157,3 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 	logger.Info("shutting down: signing final checkpoints and closing the ledger")
 	return nil
 }
-

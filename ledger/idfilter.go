@@ -7,8 +7,9 @@ import (
 // idFilter remembers which id-index keys a log holds, so the append path
 // can skip the storage lookup for ids it has never seen (nearly all of them).
 // It may answer "maybe" for an absent key, never "no" for a present one.
-// It grows in layers, each twice the capacity of the last, so its false
-// positive rate stays bounded however long the log gets.
+// It grows in layers, each four times the capacity of the last, so its
+// false positive rate stays bounded however long the log gets while a lookup
+// tests few layers (a 10M-entry log has four).
 type idFilter struct {
 	layers []*bloom.BloomFilter
 	count  uint // keys in the newest layer
@@ -16,7 +17,7 @@ type idFilter struct {
 }
 
 const (
-	idFilterFirst = 1 << 16
+	idFilterFirst = 1 << 18
 	idFilterFP    = 0.01
 )
 
@@ -24,7 +25,7 @@ func (f *idFilter) add(key []byte) {
 	if len(f.layers) == 0 || f.count >= f.cap {
 		c := uint(idFilterFirst)
 		if f.cap > 0 {
-			c = f.cap * 2
+			c = f.cap * 4
 		}
 		f.layers = append(f.layers, bloom.NewWithEstimates(c, idFilterFP/2))
 		f.cap, f.count = c, 0

@@ -93,6 +93,7 @@ type AppendResult struct {
 }
 
 type item struct {
+	idKey  []byte // id index key
 	leaf   merkle.Leaf
 	hash   merkle.Hash
 	stored []byte
@@ -172,6 +173,7 @@ func prepare(log string, e *Entry, now time.Time, it *item) error {
 		return err
 	}
 	it.hash = merkle.LeafHash(lb)
+	it.idKey = idIndexKey(0, id) // the log id is set by the writer
 	it.stored = appendStored(make([]byte, 0, 24+len(id)+len(e.Key)+len(e.Payload)), &it.leaf, e.Payload, e.PayloadJSON)
 	return nil
 }
@@ -438,8 +440,9 @@ func (l *Log) resolve(r *appendReq, ids *pebble.Iterator, pending map[string]*it
 		if !ok {
 			prior, ok = pending[it.leaf.ID]
 		}
-		if !ok && l.w.ids.mayContain(idIndexKey(l.id, it.leaf.ID)[5:]) {
-			rec, err := l.seekID(ids, it.leaf.ID)
+		binary.BigEndian.PutUint32(it.idKey[1:], l.id)
+		if !ok && l.w.ids.mayContain(it.idKey[5:]) {
+			rec, err := l.seekID(ids, it.idKey, it.leaf.ID)
 			if err != nil && !errors.Is(err, ErrNotFound) {
 				return err
 			}
@@ -489,9 +492,8 @@ func (l *Log) commit(fresh []*item) error {
 		}
 		_ = b.Set(entryKey(l.id, it.index), it.stored, nil)
 		iv := ib[:binary.PutUvarint(ib[:], it.index)]
-		ik := idIndexKey(l.id, it.leaf.ID)
-		_ = b.Merge(ik, iv, nil)
-		w.ids.add(ik[5:])
+		_ = b.Merge(it.idKey, iv, nil)
+		w.ids.add(it.idKey[5:])
 		_ = b.Merge(hashIndexKey(l.id, it.hash[:]), iv, nil)
 	}
 	if w.visitErr != nil {

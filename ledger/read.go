@@ -66,8 +66,7 @@ func (l *Log) matchID(idx []uint64, id string, size uint64) (*Record, error) {
 }
 
 // seekID is lookupID for the writer, through an iterator it reuses.
-func (l *Log) seekID(it *pebble.Iterator, id string) (*Record, error) {
-	key := idIndexKey(l.id, id)
+func (l *Log) seekID(it *pebble.Iterator, key []byte, id string) (*Record, error) {
 	if !it.SeekPrefixGE(key) || !bytes.Equal(it.Key(), key) {
 		if err := it.Error(); err != nil {
 			return nil, fmt.Errorf("ledger: %s: read index: %w", l.name, err)

@@ -1160,3 +1160,31 @@ func TestLogForAppendCreatedByFirstCommit(t *testing.T) {
 		t.Fatalf("after reopen Logs() = %v, want %v", names, want)
 	}
 }
+
+// A log whose tree grew past its last checkpoint before a crash is signed
+// on open, without waiting for another append.
+func TestReopenSignsUncoveredTree(t *testing.T) {
+	s, _ := newTestStore(t, WithCheckpointInterval(time.Hour))
+	l := mustCreateLog(t, s, "a")
+	mustAppend(t, l, Entry{ID: "1", Payload: []byte("1")})
+	if _, err := l.WaitCheckpoint(testCtx(t, 10*time.Second), 1); err != nil {
+		t.Fatal(err)
+	}
+	// The hour-long interval holds this append's checkpoint back.
+	mustAppend(t, l, Entry{ID: "2", Payload: []byte("2")})
+	if cp := l.Checkpoint(); cp.Size != 1 {
+		t.Fatalf("checkpoint size %d before reopen, want 1", cp.Size)
+	}
+	s = reopen(t, s)
+	l, err := s.Log("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, err := l.WaitCheckpoint(testCtx(t, 10*time.Second), 2)
+	if err != nil {
+		t.Fatalf("no checkpoint covering size 2 after reopen: %v", err)
+	}
+	if cp.Size != 2 {
+		t.Fatalf("checkpoint size %d, want 2", cp.Size)
+	}
+}

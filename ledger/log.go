@@ -247,6 +247,10 @@ type awaiting struct {
 func (l *Log) run() {
 	defer l.s.wg.Done()
 	defer close(l.stopped)
+	if l.Err() == nil && l.needsCheckpoint() {
+		// The tree grew before a crash and no checkpoint covers it yet.
+		l.sign()
+	}
 	var timer *time.Timer
 	var timerC <-chan time.Time
 	for {

@@ -134,7 +134,7 @@ func Open(dir string, signer note.Signer, v note.Verifier, opts ...Option) (*Sto
 	}
 	// Pebble charges memtables to the block cache, so the cache is sized
 	// for both: cacheBytes for blocks plus up to two memtables.
-	const memtable = 64 << 20
+	const memtable = 16 << 20
 	cache := pebble.NewCache(o.cacheBytes + 2*memtable)
 	defer cache.Unref()
 	po := &pebble.Options{

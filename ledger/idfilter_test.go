@@ -1,0 +1,37 @@
+package ledger
+
+import (
+	"fmt"
+	"testing"
+)
+
+// The filter never forgets a key it was given, across layer growth, and
+// says "maybe" for few absent keys.
+func TestIDFilter(t *testing.T) {
+	var f idFilter
+	const n = 600_000 // crosses the first two layers
+	for i := 0; i < n; i++ {
+		f.add(idIndexKey(1, fmt.Sprint("id-", i))[5:])
+	}
+	if len(f.layers) < 2 {
+		t.Fatalf("%d layers after %d keys, want growth", len(f.layers), n)
+	}
+	for i := 0; i < n; i++ {
+		if !f.mayContain(idIndexKey(1, fmt.Sprint("id-", i))[5:]) {
+			t.Fatalf("key %d added but not found", i)
+		}
+	}
+	fp := 0
+	const probes = 200_000
+	for i := 0; i < probes; i++ {
+		if f.mayContain(idIndexKey(1, fmt.Sprint("absent-", i))[5:]) {
+			fp++
+		}
+	}
+	// Each layer is near 1%; two or three layers give a few percent.
+	if rate := float64(fp) / probes; rate > 0.05 {
+		t.Fatalf("false positive rate %.3f, want under 0.05", rate)
+	} else {
+		t.Logf("false positive rate %.4f over %d layers", rate, len(f.layers))
+	}
+}

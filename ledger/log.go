@@ -271,19 +271,27 @@ func (l *Log) run() {
 			}
 			return
 		}
-		if l.Err() != nil || !l.needsCheckpoint() || timerC != nil {
+		if l.Err() != nil || !l.needsCheckpoint() {
 			continue
 		}
+		// Sign as soon as the interval has passed, whether or not the timer
+		// won the select: under steady load requests are always ready too.
 		if wait := l.s.opts.checkpointInterval - time.Since(l.w.lastSign); wait > 0 {
-			if timer == nil {
-				timer = time.NewTimer(wait)
-			} else {
-				timer.Reset(wait)
+			if timerC == nil {
+				if timer == nil {
+					timer = time.NewTimer(wait)
+				} else {
+					timer.Reset(wait)
+				}
+				timerC = timer.C
 			}
-			timerC = timer.C
 			continue
 		}
 		l.sign()
+		if timerC != nil {
+			timer.Stop()
+			timerC = nil
+		}
 	}
 }
 

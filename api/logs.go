@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/auditd/auditd/client"
 	"github.com/auditd/auditd/ingest"
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/merkle"
@@ -153,37 +154,17 @@ func (s *Server) postEntries(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-type sourceOut struct {
-	Topic     string `json:"topic"`
-	Partition int32  `json:"partition"`
-	Offset    int64  `json:"offset"`
-}
-
-type entryOut struct {
-	Index         uint64          `json:"index"`
-	ID            string          `json:"id"`
-	Key           *string         `json:"key,omitempty"`
-	KeyBase64     *string         `json:"key_base64,omitempty"`
-	Time          string          `json:"time"`
-	TimeAssigned  bool            `json:"time_assigned"`
-	Source        *sourceOut      `json:"source,omitempty"`
-	Payload       json.RawMessage `json:"payload,omitempty"`
-	PayloadBase64 *string         `json:"payload_base64,omitempty"`
-	PayloadPruned bool            `json:"payload_pruned,omitempty"`
-	PayloadSHA256 string          `json:"payload_sha256"`
-	Leaf          string          `json:"leaf"`
-	LeafHash      merkle.Hash     `json:"leaf_hash"`
-}
-
-// renderEntry renders a record; forceBase64 serves even JSON payloads as
-// payload_base64, for clients that cannot keep a JSON value's exact bytes.
-func renderEntry(rec *ledger.Record, forceBase64 bool) entryOut {
+// renderEntry renders a record in the API's entry form (client.Entry);
+// forceBase64 serves even JSON payloads as payload_base64, for clients that
+// cannot keep a JSON value's exact bytes.
+func renderEntry(rec *ledger.Record, forceBase64 bool) client.Entry {
 	l := &rec.Leaf
-	out := entryOut{
+	out := client.Entry{
 		Index:         rec.Index,
 		ID:            l.ID,
 		Time:          time.Unix(0, l.Time).UTC().Format(time.RFC3339Nano),
 		TimeAssigned:  l.TimeAssigned,
+		Source:        l.Source,
 		PayloadPruned: rec.PayloadPruned,
 		PayloadSHA256: base64.StdEncoding.EncodeToString(l.PayloadSHA256[:]),
 		Leaf:          base64.StdEncoding.EncodeToString(rec.LeafBytes),
@@ -197,9 +178,6 @@ func renderEntry(rec *ledger.Record, forceBase64 bool) entryOut {
 			k := base64.StdEncoding.EncodeToString(l.Key)
 			out.KeyBase64 = &k
 		}
-	}
-	if src := l.Source; src != nil {
-		out.Source = &sourceOut{Topic: src.Topic, Partition: src.Partition, Offset: src.Offset}
 	}
 	if !rec.PayloadPruned {
 		if rec.PayloadJSON && !forceBase64 && isCompactJSON(rec.Payload) {

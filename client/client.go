@@ -106,7 +106,8 @@ func (c *Client) OpenCheckpoint(signed []byte, log string) (merkle.Checkpoint, e
 	return cp, nil
 }
 
-// Entry is an entry as the API returns it.
+// Entry is an entry as the API returns it (GET /v1/logs/{log}/entries/...);
+// the server renders its entries with this type.
 type Entry struct {
 	Index         uint64          `json:"index"`
 	ID            string          `json:"id"`

@@ -28,9 +28,9 @@ const (
 
 // Source is the position of an entry in the log it was read from.
 type Source struct {
-	Topic     string
-	Partition int32
-	Offset    int64
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	Offset    int64  `json:"offset"`
 }
 
 // Leaf is what a ledger leaf commits to: the entry header and the SHA-256 of

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 
@@ -74,7 +73,4 @@ func BenchmarkAppend(b *testing.B) {
 	wg.Wait()
 	b.StopTimer()
 	b.ReportMetric(float64(reqs*per)/b.Elapsed().Seconds(), "entries/s")
-	os.WriteFile("/tmp/pebble-metrics.txt", []byte(st.metricsString()), 0o644)
 }
-
-func (s *Store) metricsString() string { return s.db.Metrics().String() }

@@ -18,6 +18,8 @@ var concatMerger = &pebble.Merger{
 
 type concatValue struct{ buf []byte }
 
+var _ pebble.ValueMerger = (*concatValue)(nil)
+
 func (c *concatValue) MergeNewer(v []byte) error { c.buf = append(c.buf, v...); return nil }
 
 func (c *concatValue) MergeOlder(v []byte) error {

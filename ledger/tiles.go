@@ -100,6 +100,8 @@ func newTileCache() *tileCache {
 	return c
 }
 
+var _ merkle.HashReader = hashReader{}
+
 type tileID struct {
 	level uint8
 	n     uint64

@@ -108,6 +108,13 @@ func (s *Server) postEntries(w http.ResponseWriter, r *http.Request) {
 		s.writeErr(w, r, err)
 		return
 	}
+	select {
+	case s.writes <- struct{}{}:
+		defer func() { <-s.writes }()
+	case <-r.Context().Done():
+		writeError(w, http.StatusServiceUnavailable, "timeout", "request ended while waiting for a write slot", nil)
+		return
+	}
 	body := http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
 	entries, err := ingest.Decode(body, ingest.Limits{MaxEvents: s.opts.MaxEvents, MaxPayload: s.opts.MaxPayloadBytes})
 	if err != nil {

@@ -35,6 +35,9 @@ type Options struct {
 	ReadToken string
 	// CreateLogs lets a POST to an unknown log create it.
 	CreateLogs bool
+	// MaxConcurrentWrites bounds the POSTs decoded at once, and so the
+	// memory bodies take (default 16); others wait their turn.
+	MaxConcurrentWrites int
 	// WaitTimeout bounds ?wait=checkpoint (default 30s).
 	WaitTimeout time.Duration
 	// Metrics serves /metrics, if set.
@@ -51,6 +54,7 @@ type Server struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	handler  http.Handler
+	writes   chan struct{} // a slot per POST being decoded and appended
 }
 
 // New returns a server for store. verifierKey is the signed-note verifier
@@ -64,6 +68,9 @@ func New(store *ledger.Store, verifierKey string, opts Options) *Server {
 	}
 	if opts.MaxPayloadBytes <= 0 {
 		opts.MaxPayloadBytes = 1 << 20
+	}
+	if opts.MaxConcurrentWrites <= 0 {
+		opts.MaxConcurrentWrites = 16
 	}
 	if opts.WaitTimeout <= 0 {
 		opts.WaitTimeout = 30 * time.Second
@@ -81,6 +88,7 @@ func New(store *ledger.Store, verifierKey string, opts Options) *Server {
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}, []string{"route"}),
 	}
+	s.writes = make(chan struct{}, opts.MaxConcurrentWrites)
 	s.handler = s.routes()
 	return s
 }

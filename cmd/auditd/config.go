@@ -49,6 +49,9 @@ type Config struct {
 	MaxEvents int `yaml:"max_events"`
 	// MaxPayloadBytes bounds one event's payload. Default 1 MiB.
 	MaxPayloadBytes int `yaml:"max_payload_bytes"`
+	// MaxConcurrentWrites bounds the POSTs decoded and appended at once (and
+	// so the memory request bodies take); others wait. Default 16.
+	MaxConcurrentWrites int `yaml:"max_concurrent_writes"`
 	// WriteToken, if set, is the bearer token POSTs must carry. The
 	// environment variable AUDITD_WRITE_TOKEN overrides it.
 	WriteToken string `yaml:"write_token"`
@@ -75,7 +78,7 @@ func defaultConfig() Config {
 		DataDir: "./auditd-data", Listen: "127.0.0.1:8080", Origin: "auditd.local",
 		CheckpointInterval: 100 * time.Millisecond, MaxBatch: 16384, CacheBytes: 128 << 20,
 		CreateLogs: &t, MaxBodyBytes: 32 << 20, MaxEvents: 100_000, MaxPayloadBytes: 1 << 20,
-		WaitTimeout: 30 * time.Second, ShutdownTimeout: 10 * time.Second,
+		MaxConcurrentWrites: 16, WaitTimeout: 30 * time.Second, ShutdownTimeout: 10 * time.Second,
 		LogLevel: "info", LogFormat: "text",
 	}
 }

@@ -109,7 +109,7 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 	srv := api.New(store, key.vkey, api.Options{
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxEvents: cfg.MaxEvents, MaxPayloadBytes: cfg.MaxPayloadBytes,
 		WriteToken: cfg.WriteToken, ReadToken: cfg.ReadToken, CreateLogs: cfg.CreateLogs == nil || *cfg.CreateLogs,
-		WaitTimeout: cfg.WaitTimeout, Logger: logger,
+		MaxConcurrentWrites: cfg.MaxConcurrentWrites, WaitTimeout: cfg.WaitTimeout, Logger: logger,
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 	})
 	for _, c := range srv.Collectors() {

@@ -113,6 +113,9 @@ type lineCounter struct {
 	r   io.Reader
 	buf []byte // everything read, for mapping offsets to lines
 	err error  // the reader's last error other than EOF
+	// lastOff and lastLines cache the newlines counted up to an offset.
+	lastOff   int64
+	lastLines int
 }
 
 func (c *lineCounter) Read(p []byte) (int, error) {
@@ -124,11 +127,18 @@ func (c *lineCounter) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// lineAt returns the 1-based line of byte offset off. Offsets asked in
+// increasing order are counted incrementally.
 func (c *lineCounter) lineAt(off int64) int {
 	if off > int64(len(c.buf)) {
 		off = int64(len(c.buf))
 	}
-	return 1 + bytes.Count(c.buf[:off], []byte{'\n'})
+	if off < c.lastOff {
+		c.lastOff, c.lastLines = 0, 0
+	}
+	c.lastLines += bytes.Count(c.buf[c.lastOff:off], []byte{'\n'})
+	c.lastOff = off
+	return 1 + c.lastLines
 }
 
 func decodeArray(r io.Reader, lim Limits) ([]ledger.Entry, error) {
@@ -195,56 +205,52 @@ func leadingNewlines(buf []byte, off int64) int {
 	return n
 }
 
-func decodeNDJSON(r *bufio.Reader, lim Limits) ([]ledger.Entry, error) {
-	var out []ledger.Entry
-	line := 0
-	for {
-		b, err := r.ReadSlice('\n')
-		if err == bufio.ErrBufferFull {
-			// A line longer than the buffer: gather it whole.
-			full := append([]byte(nil), b...)
-			for err == bufio.ErrBufferFull {
-				b, err = r.ReadSlice('\n')
-				full = append(full, b...)
-			}
-			b = full
-		}
-		if err != nil && err != io.EOF {
-			return nil, err
-		}
-		if len(b) > 0 {
-			line++
-			if t := bytes.TrimSpace(b); len(t) > 0 {
-				if lim.MaxEvents > 0 && len(out) >= lim.MaxEvents {
-					return nil, &DecodeError{Line: line, Item: len(out), Err: fmt.Sprintf("more than %d events in one request", lim.MaxEvents)}
-				}
-				e, derr := decodeLine(t, lim)
-				if derr != nil {
-					return nil, &DecodeError{Line: line, Item: len(out), Err: derr.Error()}
-				}
-				out = append(out, e)
-			}
-		}
-		if err == io.EOF {
-			return out, nil
-		}
-	}
-}
-
-func decodeLine(b []byte, lim Limits) (ledger.Entry, error) {
-	dec := json.NewDecoder(bytes.NewReader(b))
+// decodeNDJSON reads one event object per line through a single streaming
+// decoder (no per-line decoder or copy), checking that each event starts on
+// a line of its own and ends on the line it started on.
+func decodeNDJSON(r io.Reader, lim Limits) ([]ledger.Entry, error) {
+	lc := &lineCounter{r: r}
+	dec := json.NewDecoder(lc)
 	dec.DisallowUnknownFields()
-	var ev Event
-	if err := dec.Decode(&ev); err != nil {
-		return ledger.Entry{}, errors.New(cleanJSONError(err))
+	var out []ledger.Entry
+	prevEnd := 0 // the line the previous event ended on
+	for i := 0; ; i++ {
+		more := dec.More() // skips whitespace and blank lines
+		if lc.err != nil {
+			return nil, lc.err // the body could not be read (too large, cut off)
+		}
+		start := dec.InputOffset()
+		line := lc.lineAt(start)
+		if !more {
+			if _, err := dec.Token(); err == io.EOF {
+				return out, nil
+			}
+			return nil, &DecodeError{Line: line, Item: i, Err: "unexpected data: want one JSON object per line"}
+		}
+		if line == prevEnd {
+			return nil, &DecodeError{Line: line, Item: i - 1, Err: "more than one JSON value on the line"}
+		}
+		if lim.MaxEvents > 0 && i >= lim.MaxEvents {
+			return nil, &DecodeError{Line: line, Item: i, Err: fmt.Sprintf("more than %d events in one request", lim.MaxEvents)}
+		}
+		var ev Event
+		if err := dec.Decode(&ev); err != nil {
+			if lc.err != nil && errors.Is(err, lc.err) {
+				return nil, err
+			}
+			return nil, &DecodeError{Line: line, Item: i, Err: cleanJSONError(err)}
+		}
+		end := lc.lineAt(dec.InputOffset())
+		if end != line {
+			return nil, &DecodeError{Line: line, Item: i, Err: "an event must be on one line"}
+		}
+		e, err := ev.Entry(lim)
+		if err != nil {
+			return nil, &DecodeError{Line: line, Item: i, Err: err.Error()}
+		}
+		out = append(out, e)
+		prevEnd = end
 	}
-	if dec.More() {
-		return ledger.Entry{}, errors.New("more than one JSON value on the line")
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return ledger.Entry{}, errors.New("unexpected data after the event")
-	}
-	return ev.Entry(lim)
 }
 
 func cleanJSONError(err error) string {

@@ -1,7 +1,6 @@
 package ledger
 
 import (
-	"encoding/binary"
 	"math/bits"
 )
 
@@ -50,8 +49,7 @@ func (b *blockedBloom) block(h uint64) int {
 	return int((bits.RotateLeft64(h, 32)*0x9E3779B97F4A7C15>>20)&b.mask) * bloomBlockWords
 }
 
-func (b *blockedBloom) add(key []byte) {
-	h := binary.LittleEndian.Uint64(key)
+func (b *blockedBloom) add(h uint64) {
 	words := b.words[b.block(h):][:bloomBlockWords]
 	for i := 0; i < bloomProbes; i++ {
 		v := h >> (9 * i)
@@ -59,8 +57,7 @@ func (b *blockedBloom) add(key []byte) {
 	}
 }
 
-func (b *blockedBloom) test(key []byte) bool {
-	h := binary.LittleEndian.Uint64(key)
+func (b *blockedBloom) test(h uint64) bool {
 	words := b.words[b.block(h):][:bloomBlockWords]
 	for i := 0; i < bloomProbes; i++ {
 		v := h >> (9 * i)
@@ -71,7 +68,7 @@ func (b *blockedBloom) test(key []byte) bool {
 	return true
 }
 
-func (f *idFilter) add(key []byte) {
+func (f *idFilter) add(key uint64) {
 	if len(f.layers) == 0 || f.count >= f.cap {
 		c := uint64(idFilterFirst)
 		if f.cap > 0 {
@@ -84,7 +81,7 @@ func (f *idFilter) add(key []byte) {
 	f.count++
 }
 
-func (f *idFilter) mayContain(key []byte) bool {
+func (f *idFilter) mayContain(key uint64) bool {
 	for _, l := range f.layers {
 		if l.test(key) {
 			return true

@@ -11,20 +11,20 @@ func TestIDFilter(t *testing.T) {
 	var f idFilter
 	const n = 600_000 // crosses the first two layers
 	for i := 0; i < n; i++ {
-		f.add(idIndexKey(1, fmt.Sprint("id-", i))[5:])
+		f.add(idHash(fmt.Sprint("id-", i)))
 	}
 	if len(f.layers) < 2 {
 		t.Fatalf("%d layers after %d keys, want growth", len(f.layers), n)
 	}
 	for i := 0; i < n; i++ {
-		if !f.mayContain(idIndexKey(1, fmt.Sprint("id-", i))[5:]) {
+		if !f.mayContain(idHash(fmt.Sprint("id-", i))) {
 			t.Fatalf("key %d added but not found", i)
 		}
 	}
 	fp := 0
 	const probes = 200_000
 	for i := 0; i < probes; i++ {
-		if f.mayContain(idIndexKey(1, fmt.Sprint("absent-", i))[5:]) {
+		if f.mayContain(idHash(fmt.Sprint("absent-", i))) {
 			fp++
 		}
 	}

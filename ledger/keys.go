@@ -1,7 +1,6 @@
 package ledger
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
 )
 
@@ -12,15 +11,12 @@ const (
 	kindName       = 'n' // n name            -> log id (u32)
 	kindMeta       = 'm' // m log             -> log metadata
 	kindEntry      = 'e' // e log index(u64)  -> stored entry
-	kindIDIndex    = 'i' // i log sha256(id)[:8]       -> uvarint indexes (merge: concat)
-	kindHashIndex  = 'h' // h log leafhash[:8]         -> uvarint indexes (merge: concat)
+	kindIDIndex    = 'i' // i log chunk(u32) sha256(id)[:8] -> uvarint indexes (ingested, see index.go)
+	kindHashIndex  = 'h' // h log chunk(u32) leafhash[:8]   -> uvarint indexes (ingested)
+	kindChunks     = 'x' // x log                           -> index chunks ingested (u64)
 	kindTile       = 't' // t log level(u8) n(u64)     -> tile hashes
 	kindCheckpoint = 'c' // c log size(u64)            -> signed checkpoint note
 )
-
-// indexKeyBytes is how many bytes of a hash index keys keep. Collisions are
-// resolved by reading the entries the index points at.
-const indexKeyBytes = 8
 
 func logKey(kind byte, log uint32, extra int) []byte {
 	k := make([]byte, 5, 5+extra)
@@ -37,14 +33,7 @@ func entryKey(log uint32, index uint64) []byte {
 	return binary.BigEndian.AppendUint64(logKey(kindEntry, log, 8), index)
 }
 
-func idIndexKey(log uint32, id string) []byte {
-	h := sha256.Sum256([]byte(id))
-	return append(logKey(kindIDIndex, log, indexKeyBytes), h[:indexKeyBytes]...)
-}
-
-func hashIndexKey(log uint32, leafHash []byte) []byte {
-	return append(logKey(kindHashIndex, log, indexKeyBytes), leafHash[:indexKeyBytes]...)
-}
+func chunksKey(log uint32) []byte { return logKey(kindChunks, log, 0) }
 
 func tileKey(log uint32, level uint8, n uint64) []byte {
 	k := append(logKey(kindTile, log, 9), level)

@@ -32,6 +32,9 @@ type Log struct {
 	// persisted is set once the log's name and metadata are durable: by
 	// CreateLog, or by the first commit of a log from LogForAppend.
 	persisted atomic.Bool
+	// tail and chunks are the id and leaf-hash indexes (see index.go).
+	tail   tailIndex
+	chunks atomic.Uint64
 
 	w    writer     // owned by the run goroutine
 	held *appendReq // a request collect took but left for the next group
@@ -51,6 +54,7 @@ type SignedCheckpoint struct {
 func newLog(s *Store, name string, id uint32) *Log {
 	l := &Log{s: s, name: name, id: id, reqs: make(chan *appendReq, 256), cpNext: make(chan struct{}), stopped: make(chan struct{})}
 	l.committed.Store(&treeState{root: merkle.EmptyRoot()})
+	l.tail.reset(0)
 	return l
 }
 
@@ -93,7 +97,7 @@ type AppendResult struct {
 }
 
 type item struct {
-	idKey  []byte // id index key
+	idh    uint64 // the id's index key (idHash)
 	leaf   merkle.Leaf
 	hash   merkle.Hash
 	stored []byte
@@ -173,7 +177,7 @@ func prepare(log string, e *Entry, now time.Time, it *item) error {
 		return err
 	}
 	it.hash = merkle.LeafHash(lb)
-	it.idKey = idIndexKey(0, id) // the log id is set by the writer
+	it.idh = idHash(id)
 	it.stored = appendStored(make([]byte, 0, 24+len(id)+len(e.Key)+len(e.Payload)), &it.leaf, e.Payload, e.PayloadJSON)
 	return nil
 }
@@ -377,24 +381,9 @@ func (l *Log) process(group []*appendReq) {
 	}
 	pending := map[string]*item{}
 	var fresh []*item
-	// Absent ids are the common case; an iterator with L6 filters lets the
-	// bloom filters answer most lookups without reading a data block.
-	it, err := l.s.db.NewIter(&pebble.IterOptions{
-		LowerBound:   logKey(kindIDIndex, l.id, 0),
-		UpperBound:   logKey(kindIDIndex, l.id+1, 0),
-		UseL6Filters: true,
-	})
-	if err != nil {
-		for _, r := range group {
-			r.err = fmt.Errorf("ledger: %s: %w", l.name, err)
-			close(r.done)
-		}
-		return
-	}
 	for _, r := range group {
-		r.err = l.resolve(r, it, pending, &fresh)
+		r.err = l.resolve(r, pending, &fresh)
 	}
-	it.Close()
 	if len(fresh) > 0 {
 		start := time.Now()
 		if err := l.commit(fresh); err != nil {
@@ -431,7 +420,7 @@ func (l *Log) process(group []*appendReq) {
 
 // resolve assigns each entry of r a new index or finds it already held.
 // New entries join fresh only if the whole request is accepted.
-func (l *Log) resolve(r *appendReq, ids *pebble.Iterator, pending map[string]*item, fresh *[]*item) error {
+func (l *Log) resolve(r *appendReq, pending map[string]*item, fresh *[]*item) error {
 	res := &AppendResult{Entries: make([]Appended, len(r.items))}
 	var mine []*item
 	local := map[string]*item{}
@@ -452,9 +441,8 @@ func (l *Log) resolve(r *appendReq, ids *pebble.Iterator, pending map[string]*it
 		if !ok {
 			prior, ok = pending[it.leaf.ID]
 		}
-		binary.BigEndian.PutUint32(it.idKey[1:], l.id)
-		if !ok && l.w.ids.mayContain(it.idKey[5:]) {
-			rec, err := l.seekID(ids, it.idKey, it.leaf.ID)
+		if !ok && l.w.ids.mayContain(it.idh) {
+			rec, err := l.findID(it.idh, it.leaf.ID, ^uint64(0))
 			if err != nil && !errors.Is(err, ErrNotFound) {
 				return err
 			}
@@ -497,16 +485,12 @@ func (l *Log) commit(fresh []*item) error {
 	b := l.s.db.NewBatchWithSize(len(fresh) * (len(fresh[0].stored) + 96))
 	defer b.Close()
 	w.batch, w.visitErr = b, nil
-	var ib [binary.MaxVarintLen64]byte
 	for _, it := range fresh {
 		if err := w.rng.Append(it.hash[:], l.visit); err != nil {
 			return err
 		}
 		_ = b.Set(entryKey(l.id, it.index), it.stored, nil)
-		iv := ib[:binary.PutUvarint(ib[:], it.index)]
-		_ = b.Merge(it.idKey, iv, nil)
-		w.ids.add(it.idKey[5:])
-		_ = b.Merge(hashIndexKey(l.id, it.hash[:]), iv, nil)
+		w.ids.add(it.idh)
 	}
 	if w.visitErr != nil {
 		return w.visitErr
@@ -536,7 +520,15 @@ func (l *Log) commit(fresh []*item) error {
 		l.markPersisted()
 	}
 	w.size, w.root = size, r
+	l.tail.add(fresh)
 	l.committed.Store(&treeState{size: size, root: r})
+	if size>>indexChunkBits > l.chunks.Load() {
+		if err := l.ingestChunks(size); err != nil {
+			// The entries are durable and still indexed in memory; the
+			// next commit tries again.
+			l.s.log.Error("index chunk not ingested", "log", l.name, "err", err)
+		}
+	}
 	return nil
 }
 
@@ -651,27 +643,14 @@ func (l *Log) load() error {
 		}
 		l.cp.Store(cp)
 	}
-	var ids idFilter
-	if err := l.scanIDs(&ids); err != nil {
-		return err
+	l.committed.Store(&treeState{size: m.size, root: root})
+	ids, err := l.loadIndex(m.size)
+	if err != nil {
+		return fmt.Errorf("rebuild the id and leaf-hash indexes: %w", err)
 	}
 	l.w = writer{size: m.size, root: root, rng: rng, tiles: tiles, ids: ids}
-	l.committed.Store(&treeState{size: m.size, root: root})
 	l.s.metrics.size.WithLabelValues(l.name).Set(float64(m.size))
 	return nil
-}
-
-// scanIDs adds every id-index key of the log to f.
-func (l *Log) scanIDs(f *idFilter) error {
-	it, err := l.s.db.NewIter(&pebble.IterOptions{LowerBound: logKey(kindIDIndex, l.id, 0), UpperBound: logKey(kindIDIndex, l.id+1, 0)})
-	if err != nil {
-		return err
-	}
-	defer it.Close()
-	for it.First(); it.Valid(); it.Next() {
-		f.add(it.Key()[5:])
-	}
-	return it.Error()
 }
 
 // reload restores the writer state from storage after a failed commit.
@@ -682,6 +661,7 @@ func (l *Log) reload() error {
 		// Nothing of the log reached storage.
 		l.w = writer{root: merkle.EmptyRoot(), rng: merkle.NewRange(), lastSign: last}
 		l.committed.Store(&treeState{root: merkle.EmptyRoot()})
+		l.tail.reset(0)
 		return nil
 	}
 	if err := l.load(); err != nil {

@@ -1,7 +1,6 @@
 package ledger
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 
@@ -41,7 +40,12 @@ func (l *Log) EntryByID(id string) (*Record, error) {
 
 // lookupID finds the entry with the given id below size.
 func (l *Log) lookupID(id string, size uint64) (*Record, error) {
-	idx, err := l.indexes(idIndexKey(l.id, id))
+	return l.findID(idHash(id), id, size)
+}
+
+// findID finds the entry with id (whose idHash is h) below size.
+func (l *Log) findID(h uint64, id string, size uint64) (*Record, error) {
+	idx, err := l.indexLookup(kindIDIndex, h)
 	if err != nil {
 		return nil, err
 	}
@@ -65,24 +69,9 @@ func (l *Log) matchID(idx []uint64, id string, size uint64) (*Record, error) {
 	return nil, fmt.Errorf("%w: id %q in %s", ErrNotFound, id, l.name)
 }
 
-// seekID is lookupID for the writer, through an iterator it reuses.
-func (l *Log) seekID(it *pebble.Iterator, key []byte, id string) (*Record, error) {
-	if !it.SeekPrefixGE(key) || !bytes.Equal(it.Key(), key) {
-		if err := it.Error(); err != nil {
-			return nil, fmt.Errorf("ledger: %s: read index: %w", l.name, err)
-		}
-		return nil, ErrNotFound
-	}
-	idx, ok := decodeIndexes(it.Value())
-	if !ok {
-		return nil, fmt.Errorf("ledger: %s: corrupt index value", l.name)
-	}
-	return l.matchID(idx, id, ^uint64(0))
-}
-
 // IndexByLeafHash returns the index of the leaf with the given hash.
 func (l *Log) IndexByLeafHash(h merkle.Hash) (uint64, error) {
-	idx, err := l.indexes(hashIndexKey(l.id, h[:]))
+	idx, err := l.indexLookup(kindHashIndex, leafHashKey(h))
 	if err != nil {
 		return 0, err
 	}
@@ -101,22 +90,6 @@ func (l *Log) IndexByLeafHash(h merkle.Hash) (uint64, error) {
 		}
 	}
 	return 0, fmt.Errorf("%w: leaf hash %s in %s", ErrNotFound, h, l.name)
-}
-
-func (l *Log) indexes(key []byte) ([]uint64, error) {
-	v, closer, err := l.s.db.Get(key)
-	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("ledger: %s: read index: %w", l.name, err)
-	}
-	defer closer.Close()
-	idx, ok := decodeIndexes(v)
-	if !ok {
-		return nil, fmt.Errorf("ledger: %s: corrupt index value", l.name)
-	}
-	return idx, nil
 }
 
 // HashReader returns a reader of the log's tree hashes. It reads only

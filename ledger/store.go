@@ -111,6 +111,8 @@ type Store struct {
 	quit     chan struct{}
 	wg       sync.WaitGroup
 	tiles    *tileCache // full upper-level tiles, shared by all logs
+	dir      string
+	po       *pebble.Options
 
 	mu     sync.Mutex
 	logs   map[string]*Log
@@ -152,7 +154,7 @@ func Open(dir string, signer note.Signer, v note.Verifier, opts ...Option) (*Sto
 	if err != nil {
 		return nil, fmt.Errorf("ledger: open %s: %w", dir, err)
 	}
-	s := &Store{db: db, signer: signer, verifier: v, opts: o, log: o.logger, metrics: newMetrics(), quit: make(chan struct{}), tiles: newTileCache(), logs: map[string]*Log{}, nextID: 1}
+	s := &Store{db: db, dir: dir, po: po, signer: signer, verifier: v, opts: o, log: o.logger, metrics: newMetrics(), quit: make(chan struct{}), tiles: newTileCache(), logs: map[string]*Log{}, nextID: 1}
 	if err := s.loadLogs(); err != nil {
 		s.Close()
 		return nil, err
@@ -310,7 +312,7 @@ func (s *Store) DiskUsage() (Usage, error) {
 	m := s.db.Metrics()
 	u := Usage{Total: m.DiskSpaceUsage(), Tables: m.Table.Local.LiveSize, WAL: m.WAL.PhysicalSize + m.WAL.ObsoletePhysicalSize, ByKind: map[string]uint64{}}
 	u.Other = u.Total - u.Tables - u.WAL
-	kinds := map[byte]string{kindEntry: "entries", kindIDIndex: "id index", kindHashIndex: "leaf hash index", kindTile: "tiles", kindCheckpoint: "checkpoints", kindMeta: "metadata", kindName: "names"}
+	kinds := map[byte]string{kindEntry: "entries", kindIDIndex: "id index", kindHashIndex: "leaf hash index", kindTile: "tiles", kindCheckpoint: "checkpoints", kindMeta: "metadata", kindName: "names", kindChunks: "index chunks"}
 	for k, name := range kinds {
 		n, err := s.db.EstimateDiskUsage([]byte{k}, []byte{k + 1})
 		if err != nil {

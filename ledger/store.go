@@ -141,7 +141,6 @@ func Open(dir string, signer note.Signer, v note.Verifier, opts ...Option) (*Sto
 	defer cache.Unref()
 	po := &pebble.Options{
 		Cache:        cache,
-		Merger:       concatMerger,
 		MemTableSize: memtable,
 		Logger:       pebbleLogger{o.logger},
 	}

@@ -56,17 +56,15 @@ func (s *Server) getLog(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	root, err := l.RootAt(l.Size())
-	if err != nil {
-		s.writeErr(w, r, err)
-		return
-	}
+	// Size and root come from one snapshot of the committed tree; the tree
+	// is not recomputed from tiles.
+	li := l.Info()
 	out := struct {
 		logOut
 		Origin     string         `json:"origin"`
 		Checkpoint *checkpointOut `json:"checkpoint,omitempty"`
 		Error      string         `json:"error,omitempty"`
-	}{logOut: logOut{Name: l.Name(), Size: l.Size(), RootHash: root}, Origin: l.Origin()}
+	}{logOut: logOut{Name: li.Name, Size: li.Size, RootHash: li.Root}, Origin: l.Origin()}
 	if cp := l.Checkpoint(); cp != nil {
 		out.Checkpoint = &checkpointOut{Size: cp.Size, RootHash: cp.Root, Note: string(cp.Note)}
 	}

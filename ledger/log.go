@@ -64,7 +64,12 @@ func (l *Log) Name() string { return l.name }
 // Origin returns the origin line of the log's checkpoints.
 func (l *Log) Origin() string { return l.s.Origin(l.name) }
 
-func (l *Log) state() treeState { return *l.committed.Load() }
+// Info returns the log's name with its committed size and root, read
+// together.
+func (l *Log) Info() LogInfo {
+	st := l.committed.Load()
+	return LogInfo{Name: l.name, Size: st.size, Root: st.root}
+}
 
 // Size returns the committed tree size.
 func (l *Log) Size() uint64 { return l.committed.Load().size }

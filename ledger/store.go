@@ -274,8 +274,7 @@ func (s *Store) Logs() []LogInfo {
 	sort.Slice(ls, func(i, j int) bool { return ls[i].name < ls[j].name })
 	out := make([]LogInfo, len(ls))
 	for i, l := range ls {
-		st := l.state()
-		out[i] = LogInfo{Name: l.name, Size: st.size, Root: st.root}
+		out[i] = l.Info()
 	}
 	return out
 }

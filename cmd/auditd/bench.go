@@ -284,43 +284,22 @@ func benchAppend(ctx context.Context, f benchFlags) (map[string]any, error) {
 		}()
 	}
 	gen.Wait()
-	var next atomic.Int64
 	var appendLat latencies
-	prog := newProgress("append", int64(reqs*f.batch))
-	start := time.Now()
-	var wg sync.WaitGroup
-	errc := make(chan error, f.producers)
-	for p := 0; p < f.producers; p++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				r := next.Add(1) - 1
-				if r >= int64(reqs) {
-					return
-				}
-				es := batches[r]
-				batches[r] = nil
-				li := int(r) % len(logs)
-				t0 := time.Now()
-				res, err := logs[li].Append(ctx, es)
-				if err != nil {
-					errc <- err
-					return
-				}
-				appendLat.add(time.Since(t0))
-				trackers[li].acked(res.Size, t0)
-				prog.add(int64(len(es)))
-			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	prog.done()
-	select {
-	case err := <-errc:
+	elapsed, err := drive("append", f.producers, reqs, int64(f.batch), func(_, r int) error {
+		es := batches[r]
+		batches[r] = nil
+		li := r % len(logs)
+		t0 := time.Now()
+		res, err := logs[li].Append(ctx, es)
+		if err != nil {
+			return err
+		}
+		appendLat.add(time.Since(t0))
+		trackers[li].acked(res.Size, t0)
+		return nil
+	})
+	if err != nil {
 		return nil, err
-	default:
 	}
 	// Wait for the last checkpoints so every request is timed.
 	for i, t := range trackers {
@@ -476,41 +455,20 @@ func benchHTTP(ctx context.Context, f benchFlags) (map[string]any, error) {
 		defer close(polled)
 		pollCheckpoints(pctx, f.server, f.log, v, &tracker)
 	}()
-	var next atomic.Int64
-	prog := newProgress("http", int64(reqs*f.batch))
-	start := time.Now()
-	var wg sync.WaitGroup
-	errc := make(chan error, f.producers)
 	url := f.server + "/v1/logs/" + f.log + "/entries"
-	for p := 0; p < f.producers; p++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				r := next.Add(1) - 1
-				if r >= int64(reqs) {
-					return
-				}
-				t0 := time.Now()
-				size, err := postBatch(ctx, url, bodies[r])
-				if err != nil {
-					errc <- err
-					return
-				}
-				appendLat.add(time.Since(t0))
-				tracker.acked(size, t0)
-				prog.add(int64(f.batch))
-			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	prog.done()
-	select {
-	case err := <-errc:
+	elapsed, err := drive("http", f.producers, reqs, int64(f.batch), func(_, r int) error {
+		t0 := time.Now()
+		size, err := postBatch(ctx, url, bodies[r])
+		if err != nil {
+			return err
+		}
+		appendLat.add(time.Since(t0))
+		tracker.acked(size, t0)
+		return nil
+	})
+	if err != nil {
 		stopPoll()
 		return nil, err
-	default:
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for tracker.waiting() > 0 && time.Now().Before(deadline) {
@@ -642,58 +600,38 @@ func benchProofs(ctx context.Context, f benchFlags) (map[string]any, error) {
 		return nil, err
 	}
 	fmt.Printf("proofs: %d inclusion proofs, %d concurrent, against %s at size %d\n", f.requests, f.concurrency, origin, cp.Size)
-	var next atomic.Int64
 	var lat latencies
 	var verified atomic.Int64
-	prog := newProgress("proofs", int64(f.requests))
-	start := time.Now()
-	var wg sync.WaitGroup
-	errc := make(chan error, f.concurrency)
-	for c := 0; c < f.concurrency; c++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(c), 99))
-			for {
-				r := next.Add(1) - 1
-				if r >= int64(f.requests) {
-					return
-				}
-				idx := rng.Uint64N(cp.Size)
-				t0 := time.Now()
-				body, err := httpGet(ctx, fmt.Sprintf("%s/v1/logs/%s/proof/inclusion?index=%d&size=%d", f.server, f.log, idx, cp.Size))
-				if err != nil {
-					errc <- err
-					return
-				}
-				lat.add(time.Since(t0))
-				// Verify one proof in 100, so the client stays light.
-				if r%100 == 0 {
-					var p struct {
-						LeafHash merkle.Hash   `json:"leaf_hash"`
-						Hashes   []merkle.Hash `json:"hashes"`
-					}
-					if err := json.Unmarshal(body, &p); err != nil {
-						errc <- err
-						return
-					}
-					if err := merkle.VerifyInclusion(idx, cp.Size, p.LeafHash, p.Hashes, cp.Root); err != nil {
-						errc <- err
-						return
-					}
-					verified.Add(1)
-				}
-				prog.add(1)
-			}
-		}()
+	rngs := make([]*rand.Rand, f.concurrency)
+	for c := range rngs {
+		rngs[c] = rand.New(rand.NewPCG(uint64(c), 99))
 	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	prog.done()
-	select {
-	case err := <-errc:
+	elapsed, err := drive("proofs", f.concurrency, f.requests, 1, func(c, r int) error {
+		idx := rngs[c].Uint64N(cp.Size)
+		t0 := time.Now()
+		body, err := httpGet(ctx, fmt.Sprintf("%s/v1/logs/%s/proof/inclusion?index=%d&size=%d", f.server, f.log, idx, cp.Size))
+		if err != nil {
+			return err
+		}
+		lat.add(time.Since(t0))
+		if r%100 != 0 { // verify one proof in 100, so the client stays light
+			return nil
+		}
+		var p struct {
+			LeafHash merkle.Hash   `json:"leaf_hash"`
+			Hashes   []merkle.Hash `json:"hashes"`
+		}
+		if err := json.Unmarshal(body, &p); err != nil {
+			return err
+		}
+		if err := merkle.VerifyInclusion(idx, cp.Size, p.LeafHash, p.Hashes, cp.Root); err != nil {
+			return err
+		}
+		verified.Add(1)
+		return nil
+	})
+	if err != nil {
 		return nil, err
-	default:
 	}
 	res := map[string]any{
 		"proofs": f.requests, "tree_size": cp.Size, "seconds": elapsed.Seconds(),
@@ -703,6 +641,45 @@ func benchProofs(ctx context.Context, f benchFlags) (map[string]any, error) {
 	fmt.Printf("proofs: %d in %.2fs = %.0f proofs/s; latency p50 %.2f ms p99 %.2f ms; %d verified client-side\n",
 		f.requests, elapsed.Seconds(), res["proofs_per_second"], res["p50_ms"], res["p99_ms"], verified.Load())
 	return res, nil
+}
+
+// drive runs jobs 0..jobs-1 on workers goroutines, fn(worker, job) each,
+// with progress counted in units per job. It stops at the first error and
+// returns the time the jobs took.
+func drive(name string, workers, jobs int, units int64, fn func(worker, job int) error) (time.Duration, error) {
+	var next atomic.Int64
+	var failed atomic.Bool
+	prog := newProgress(name, int64(jobs)*units)
+	errc := make(chan error, workers)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !failed.Load() {
+				j := next.Add(1) - 1
+				if j >= int64(jobs) {
+					return
+				}
+				if err := fn(w, int(j)); err != nil {
+					failed.Store(true)
+					errc <- err
+					return
+				}
+				prog.add(units)
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	prog.done()
+	select {
+	case err := <-errc:
+		return elapsed, err
+	default:
+		return elapsed, nil
+	}
 }
 
 // progress prints a line to stderr every few seconds on long runs.

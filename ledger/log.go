@@ -677,7 +677,7 @@ func (l *Log) reload() error {
 }
 
 func (l *Log) latestStoredCheckpoint() (*SignedCheckpoint, error) {
-	it, err := l.s.db.NewIter(&pebble.IterOptions{LowerBound: checkpointKey(l.id, 0), UpperBound: checkpointKey(l.id+1, 0)[:5]})
+	it, err := l.s.db.NewIter(&pebble.IterOptions{LowerBound: checkpointKey(l.id, 0), UpperBound: logKey(kindCheckpoint, l.id+1, 0)})
 	if err != nil {
 		return nil, err
 	}

@@ -160,10 +160,8 @@ func (l *Log) RootAt(size uint64) (merkle.Hash, error) {
 // Checkpoints returns the stored signed checkpoints with sizes in [from,
 // to], oldest first, at most limit of them (0: no limit).
 func (l *Log) Checkpoints(from, to uint64, limit int) ([]*SignedCheckpoint, error) {
-	upper := checkpointKey(l.id, to)
-	if to == ^uint64(0) {
-		upper = checkpointKey(l.id+1, 0)[:5]
-	} else {
+	upper := logKey(kindCheckpoint, l.id+1, 0) // the end of this log's checkpoints
+	if to != ^uint64(0) {
 		upper = checkpointKey(l.id, to+1)
 	}
 	it, err := l.s.db.NewIter(&pebble.IterOptions{LowerBound: checkpointKey(l.id, from), UpperBound: upper})

@@ -30,6 +30,13 @@ type Entry struct {
 	// JSON value, so readers can render them as JSON; it is not committed to.
 	Payload     []byte
 	PayloadJSON bool
+	// PayloadHash, if set, is the SHA-256 of a payload that is not stored
+	// (an oversize record): the leaf commits to it and Payload must be nil.
+	PayloadHash *merkle.Hash
+	// Headers are the source record's headers; Marks are merkle.Mark* bits.
+	// Both are committed to by the leaf.
+	Headers []merkle.Header
+	Marks   uint8
 }
 
 // Record is an entry as the ledger holds it.
@@ -90,8 +97,13 @@ func sameContent(a, b *merkle.Leaf) bool {
 	if !a.TimeAssigned && a.Time != b.Time {
 		return false
 	}
-	if (a.Source == nil) != (b.Source == nil) {
+	if (a.Source == nil) != (b.Source == nil) || a.Marks != b.Marks || len(a.Headers) != len(b.Headers) {
 		return false
+	}
+	for i := range a.Headers {
+		if a.Headers[i].Key != b.Headers[i].Key || !bytes.Equal(a.Headers[i].Value, b.Headers[i].Value) {
+			return false
+		}
 	}
 	return a.Source == nil || *a.Source == *b.Source
 }
@@ -104,6 +116,8 @@ func sameContent(a, b *merkle.Leaf) bool {
 //	[uvarint len, key]
 //	time i64 big-endian Unix nanoseconds
 //	[uvarint len, topic; uvarint partition; uvarint offset]
+//	[uvarint count, then per header uvarint len, name, uvarint len, value]  (bit 5)
+//	[marks u8]                                                            (bit 6)
 //	payload bytes to the end, or the 32-byte payload hash if pruned
 const (
 	sKey          = 1 << 0
@@ -111,9 +125,14 @@ const (
 	sSource       = 1 << 2
 	sPayloadJSON  = 1 << 3
 	sPruned       = 1 << 4
+	sHeaders      = 1 << 5
+	sMarks        = 1 << 6
+	sKnown        = sKey | sTimeAssigned | sSource | sPayloadJSON | sPruned | sHeaders | sMarks
 )
 
-func appendStored(b []byte, l *merkle.Leaf, payload []byte, payloadJSON bool) []byte {
+// appendStored appends the stored form of an entry; a nil payload with
+// omitted set stores only the leaf's payload hash.
+func appendStored(b []byte, l *merkle.Leaf, payload []byte, payloadJSON, omitted bool) []byte {
 	var f byte
 	if l.HasKey {
 		f |= sKey
@@ -126,6 +145,15 @@ func appendStored(b []byte, l *merkle.Leaf, payload []byte, payloadJSON bool) []
 	}
 	if payloadJSON {
 		f |= sPayloadJSON
+	}
+	if omitted {
+		f |= sPruned
+	}
+	if len(l.Headers) > 0 {
+		f |= sHeaders
+	}
+	if l.Marks != 0 {
+		f |= sMarks
 	}
 	b = append(b, f)
 	b = binary.AppendUvarint(b, uint64(len(l.ID)))
@@ -140,6 +168,21 @@ func appendStored(b []byte, l *merkle.Leaf, payload []byte, payloadJSON bool) []
 		b = append(b, s.Topic...)
 		b = binary.AppendUvarint(b, uint64(uint32(s.Partition)))
 		b = binary.AppendUvarint(b, uint64(s.Offset))
+	}
+	if len(l.Headers) > 0 {
+		b = binary.AppendUvarint(b, uint64(len(l.Headers)))
+		for _, h := range l.Headers {
+			b = binary.AppendUvarint(b, uint64(len(h.Key)))
+			b = append(b, h.Key...)
+			b = binary.AppendUvarint(b, uint64(len(h.Value)))
+			b = append(b, h.Value...)
+		}
+	}
+	if l.Marks != 0 {
+		b = append(b, l.Marks)
+	}
+	if omitted {
+		return append(b, l.PayloadSHA256[:]...)
 	}
 	return append(b, payload...)
 }
@@ -156,7 +199,7 @@ func decodeStored(log string, index uint64, b []byte) (*Record, error) {
 		return nil, errStored
 	}
 	f := b[0]
-	if f&^(sKey|sTimeAssigned|sSource|sPayloadJSON|sPruned) != 0 {
+	if f&^sKnown != 0 {
 		return nil, errStored
 	}
 	b = b[1:]
@@ -203,6 +246,27 @@ func decodeStored(log string, index uint64, b []byte) (*Record, error) {
 			return nil, errStored
 		}
 		l.Source = &merkle.Source{Topic: string(t), Partition: int32(uint32(p)), Offset: int64(o)}
+	}
+	if f&sHeaders != 0 {
+		n, ok := uv()
+		if !ok || n == 0 || n > merkle.MaxHeaders {
+			return nil, errStored
+		}
+		l.Headers = make([]merkle.Header, n)
+		for i := range l.Headers {
+			k, ok1 := str()
+			v, ok2 := str()
+			if !ok1 || !ok2 {
+				return nil, errStored
+			}
+			l.Headers[i] = merkle.Header{Key: string(k), Value: append([]byte{}, v...)}
+		}
+	}
+	if f&sMarks != 0 {
+		if len(b) < 1 {
+			return nil, errStored
+		}
+		l.Marks, b = b[0], b[1:]
 	}
 	r.PayloadJSON = f&sPayloadJSON != 0
 	if f&sPruned != 0 {

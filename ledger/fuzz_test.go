@@ -18,14 +18,15 @@ func fuzzStoredSeeds(f *testing.F) [][]byte {
 		{Log: fuzzLogName, ID: "evt-3", HasKey: true, Time: -1, TimeAssigned: true},
 		{Log: fuzzLogName, ID: "evt-4", Source: &merkle.Source{Topic: "payments", Partition: -1, Offset: -1}},
 		{Log: fuzzLogName, ID: "evt-5", HasKey: true, Key: []byte{0, 0xff}, Source: &merkle.Source{Topic: "t", Partition: 1 << 30, Offset: 1 << 62}},
+		{Log: fuzzLogName, ID: "evt-6", Source: &merkle.Source{Topic: "t", Offset: 9}, Headers: []merkle.Header{{Key: "id", Value: []byte("x")}, {Key: "id", Value: []byte{}}}, Marks: merkle.MarkNotJSON | merkle.MarkEmpty},
 	}
 	var out [][]byte
 	for i, l := range leaves {
-		out = append(out, appendStored(nil, &l, []byte(`{"n":1}`), i%2 == 0))
+		out = append(out, appendStored(nil, &l, []byte(`{"n":1}`), i%2 == 0, false))
 	}
-	pruned := appendStored(nil, &leaves[1], nil, true)
-	pruned[0] |= sPruned
-	out = append(out, append(pruned, bytes.Repeat([]byte{0xab}, merkle.HashSize)...))
+	omitted := leaves[1]
+	omitted.PayloadSHA256 = merkle.Hash(bytes.Repeat([]byte{0xab}, merkle.HashSize))
+	out = append(out, appendStored(nil, &omitted, nil, true, true))
 	return out
 }
 
@@ -60,7 +61,7 @@ func FuzzDecodeStored(f *testing.F) {
 		if rec.PayloadPruned {
 			return // appendStored does not write pruned entries
 		}
-		again, err := decodeStored(fuzzLogName, 7, appendStored(nil, &rec.Leaf, rec.Payload, rec.PayloadJSON))
+		again, err := decodeStored(fuzzLogName, 7, appendStored(nil, &rec.Leaf, rec.Payload, rec.PayloadJSON, false))
 		if err != nil {
 			t.Fatalf("re-encoded record does not decode: %v", err)
 		}
@@ -88,7 +89,7 @@ func FuzzStoredRoundTrip(f *testing.F) {
 		if l.Validate() != nil {
 			return
 		}
-		stored := appendStored(nil, &l, payload, flags&sPayloadJSON != 0)
+		stored := appendStored(nil, &l, payload, flags&sPayloadJSON != 0, false)
 		rec, err := decodeStored(fuzzLogName, 3, stored)
 		if err != nil {
 			t.Fatalf("decodeStored(appendStored(%+v)): %v", l, err)

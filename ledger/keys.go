@@ -16,6 +16,8 @@ const (
 	kindChunks     = 'x' // x log                           -> index chunks ingested (u64)
 	kindTile       = 't' // t log level(u8) n(u64)     -> tile hashes
 	kindCheckpoint = 'c' // c log size(u64)            -> signed checkpoint note
+	kindSource     = 's' // s log                      -> source position (see source.go)
+	kindBucket     = 'b' // b name 0x00 key            -> other components' state (see bucket.go)
 )
 
 func logKey(kind byte, log uint32, extra int) []byte {
@@ -32,6 +34,8 @@ func metaKey(log uint32) []byte { return logKey(kindMeta, log, 0) }
 func entryKey(log uint32, index uint64) []byte {
 	return binary.BigEndian.AppendUint64(logKey(kindEntry, log, 8), index)
 }
+
+func sourceKey(log uint32) []byte { return logKey(kindSource, log, 0) }
 
 func chunksKey(log uint32) []byte { return logKey(kindChunks, log, 0) }
 

@@ -36,6 +36,9 @@ type Log struct {
 	tail   tailIndex
 	chunks atomic.Uint64
 
+	// source is the committed source position (see AppendSource).
+	source atomic.Pointer[[]byte]
+
 	w    writer     // owned by the run goroutine
 	held *appendReq // a request collect took but left for the next group
 }
@@ -111,6 +114,7 @@ type item struct {
 
 type appendReq struct {
 	items   []item
+	source  []byte // AppendSource: the position to commit with the items
 	persist *pebble.Batch // CreateLog: commit this instead of entries
 	enq     time.Time
 	done    chan struct{}
@@ -126,11 +130,37 @@ func (l *Log) Append(ctx context.Context, entries []Entry) (*AppendResult, error
 	if len(entries) == 0 {
 		return nil, fmt.Errorf("%w: empty batch", ErrInvalid)
 	}
+	return l.append(ctx, entries, nil)
+}
+
+// AppendSource is Append for a source that tracks its own read position,
+// such as a Kafka partition: pos is committed in the same Pebble batch as
+// the entries, so after a crash SourcePosition returns the position that
+// goes with exactly the entries that are durable. entries may be empty to
+// move the position alone. If the request is refused, the position is not
+// written. pos is opaque to the ledger.
+func (l *Log) AppendSource(ctx context.Context, entries []Entry, pos []byte) (*AppendResult, error) {
+	if pos == nil {
+		return nil, fmt.Errorf("%w: no source position", ErrInvalid)
+	}
+	return l.append(ctx, entries, pos)
+}
+
+// SourcePosition returns the source position committed by the latest
+// successful AppendSource, or nil if there is none.
+func (l *Log) SourcePosition() []byte {
+	if p := l.source.Load(); p != nil {
+		return append([]byte(nil), (*p)...)
+	}
+	return nil
+}
+
+func (l *Log) append(ctx context.Context, entries []Entry, pos []byte) (*AppendResult, error) {
 	if err := l.Err(); err != nil {
 		return nil, err
 	}
 	now := time.Now()
-	req := &appendReq{items: make([]item, len(entries)), enq: now, done: make(chan struct{})}
+	req := &appendReq{items: make([]item, len(entries)), source: pos, enq: now, done: make(chan struct{})}
 	for i := range entries {
 		if err := prepare(l.name, &entries[i], now, &req.items[i]); err != nil {
 			return nil, fmt.Errorf("%w: event %d: %v", ErrInvalid, i, err)
@@ -174,7 +204,16 @@ func prepare(log string, e *Entry, now time.Time, it *item) error {
 	it.leaf = merkle.Leaf{
 		Log: log, ID: id, HasKey: e.HasKey, Key: e.Key,
 		Time: ts.UnixNano(), TimeAssigned: assigned, Source: e.Source,
-		PayloadSHA256: sha256.Sum256(e.Payload),
+		Headers: e.Headers, Marks: e.Marks,
+	}
+	omitted := e.PayloadHash != nil
+	if omitted {
+		if e.Payload != nil {
+			return fmt.Errorf("payload and payload hash both set")
+		}
+		it.leaf.PayloadSHA256 = *e.PayloadHash
+	} else {
+		it.leaf.PayloadSHA256 = sha256.Sum256(e.Payload)
 	}
 	var buf [512]byte
 	lb, err := it.leaf.Append(buf[:0])
@@ -183,7 +222,7 @@ func prepare(log string, e *Entry, now time.Time, it *item) error {
 	}
 	it.hash = merkle.LeafHash(lb)
 	it.idh = idHash(id)
-	it.stored = appendStored(make([]byte, 0, 24+len(id)+len(e.Key)+len(e.Payload)), &it.leaf, e.Payload, e.PayloadJSON)
+	it.stored = appendStored(make([]byte, 0, 64+len(id)+len(e.Key)+len(e.Payload)), &it.leaf, e.Payload, e.PayloadJSON, omitted)
 	return nil
 }
 
@@ -386,12 +425,16 @@ func (l *Log) process(group []*appendReq) {
 	}
 	pending := map[string]*item{}
 	var fresh []*item
+	var source []byte
 	for _, r := range group {
 		r.err = l.resolve(r, pending, &fresh)
+		if r.err == nil && r.source != nil {
+			source = r.source
+		}
 	}
-	if len(fresh) > 0 {
+	if len(fresh) > 0 || source != nil {
 		start := time.Now()
-		if err := l.commit(fresh); err != nil {
+		if err := l.commit(fresh, source); err != nil {
 			l.s.log.Error("ledger commit failed; reloading log state", "log", l.name, "err", err)
 			if rerr := l.reload(); rerr != nil {
 				err = fmt.Errorf("%w: %s: %v (reload: %v)", ErrFailed, l.name, err, rerr)
@@ -485,10 +528,17 @@ func (l *Log) resolve(r *appendReq, pending map[string]*item, fresh *[]*item) er
 
 // commit writes fresh entries, their index keys, the tiles they touch and
 // the log's new size and root in one synced batch.
-func (l *Log) commit(fresh []*item) error {
+func (l *Log) commit(fresh []*item, source []byte) error {
 	w := &l.w
-	b := l.s.db.NewBatchWithSize(len(fresh) * (len(fresh[0].stored) + 96))
+	capacity := 64 + len(source)
+	if len(fresh) > 0 {
+		capacity += len(fresh) * (len(fresh[0].stored) + 96)
+	}
+	b := l.s.db.NewBatchWithSize(capacity)
 	defer b.Close()
+	if source != nil {
+		_ = b.Set(sourceKey(l.id), source, nil)
+	}
 	w.batch, w.visitErr = b, nil
 	for _, it := range fresh {
 		if err := w.rng.Append(it.hash[:], l.visit); err != nil {
@@ -506,13 +556,15 @@ func (l *Log) commit(fresh []*item) error {
 			t.dirty = false
 		}
 	}
-	root, err := w.rng.GetRootHash(nil)
-	if err != nil {
-		return err
-	}
 	size := w.rng.End()
-	var r merkle.Hash
-	copy(r[:], root)
+	r := merkle.EmptyRoot()
+	if size > 0 {
+		root, err := w.rng.GetRootHash(nil)
+		if err != nil {
+			return err
+		}
+		copy(r[:], root)
+	}
 	_ = b.Set(metaKey(l.id), encodeMeta(logMeta{name: l.name, size: size, root: r}), nil)
 	first := !l.persisted.Load()
 	if first {
@@ -523,6 +575,10 @@ func (l *Log) commit(fresh []*item) error {
 	}
 	if first {
 		l.markPersisted()
+	}
+	if source != nil {
+		src := append([]byte(nil), source...)
+		l.source.Store(&src)
 	}
 	w.size, w.root = size, r
 	l.tail.add(fresh)
@@ -649,6 +705,14 @@ func (l *Log) load() error {
 		l.cp.Store(cp)
 	}
 	l.committed.Store(&treeState{size: m.size, root: root})
+	l.source.Store(nil)
+	if v, closer, err := l.s.db.Get(sourceKey(l.id)); err == nil {
+		src := append([]byte(nil), v...)
+		closer.Close()
+		l.source.Store(&src)
+	} else if !errors.Is(err, pebble.ErrNotFound) {
+		return fmt.Errorf("read source position: %w", err)
+	}
 	ids, err := l.loadIndex(m.size)
 	if err != nil {
 		return fmt.Errorf("rebuild the id and leaf-hash indexes: %w", err)

@@ -1,6 +1,8 @@
 package ledger
 
 import (
+	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -200,4 +202,49 @@ func (l *Log) Tile(level uint8, n uint64, width int) ([]byte, error) {
 		return nil, fmt.Errorf("ledger: %s: tile %d/%d holds fewer than %d hashes", l.name, level, n, width)
 	}
 	return append([]byte(nil), v[:width*merkle.HashSize]...), nil
+}
+
+// Entries calls fn with the entries [from, to) in index order, reading them
+// in one pass. to must not exceed the committed size. fn must not keep the
+// record after it returns; an error from fn stops the scan.
+func (l *Log) Entries(ctx context.Context, from, to uint64, fn func(*Record) error) error {
+	if size := l.Size(); to > size || from > to {
+		return fmt.Errorf("%w: entries [%d, %d), tree size %d", ErrRange, from, to, size)
+	}
+	if from == to {
+		return nil
+	}
+	it, err := l.s.db.NewIter(&pebble.IterOptions{LowerBound: entryKey(l.id, from), UpperBound: entryKey(l.id, to)})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	want := from
+	for ok := it.First(); ok; ok = it.Next() {
+		if want&1023 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		k := it.Key()
+		idx := binary.BigEndian.Uint64(k[len(k)-8:])
+		if idx != want {
+			return fmt.Errorf("ledger: %s: entry %d missing from storage", l.name, want)
+		}
+		rec, err := decodeStored(l.name, idx, it.Value())
+		if err != nil {
+			return err
+		}
+		if err := fn(rec); err != nil {
+			return err
+		}
+		want++
+	}
+	if err := it.Error(); err != nil {
+		return err
+	}
+	if want != to {
+		return fmt.Errorf("ledger: %s: entry %d missing from storage", l.name, want)
+	}
+	return nil
 }

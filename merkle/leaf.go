@@ -23,8 +23,39 @@ const (
 	flagKey          = 1 << 0
 	flagTimeAssigned = 1 << 1
 	flagSource       = 1 << 2
-	flagsKnown       = flagKey | flagTimeAssigned | flagSource
+	flagHeaders      = 1 << 3
+	flagMarks        = 1 << 4
+	flagsKnown       = flagKey | flagTimeAssigned | flagSource | flagHeaders | flagMarks
 )
+
+// Marks record what auditd noticed about an entry's content as it was
+// ledgered. They are part of the leaf, so they are committed to.
+const (
+	// MarkNotJSON: the payload is not a valid JSON value.
+	MarkNotJSON = 1 << 0
+	// MarkNotUTF8: the payload is not valid UTF-8.
+	MarkNotUTF8 = 1 << 1
+	// MarkEmpty: the payload is empty.
+	MarkEmpty = 1 << 2
+	// MarkOversize: the payload exceeded the size limit; only its hash was
+	// ledgered.
+	MarkOversize = 1 << 3
+	// MarkDuplicateID: the producer's event id was already taken by an
+	// earlier entry of the log, so the id was derived from the source
+	// position instead.
+	MarkDuplicateID = 1 << 4
+	marksKnown      = MarkNotJSON | MarkNotUTF8 | MarkEmpty | MarkOversize | MarkDuplicateID
+)
+
+// Header is one source record header (Kafka record headers). Names may
+// repeat; order is kept.
+type Header struct {
+	Key   string `json:"key"`
+	Value []byte `json:"value"`
+}
+
+// MaxHeaders bounds the headers of one leaf.
+const MaxHeaders = 1<<16 - 1
 
 // Source is the position of an entry in the log it was read from.
 type Source struct {
@@ -41,10 +72,14 @@ type Source struct {
 //	log     = u8 length, bytes (1..255)
 //	id      = u16 length, bytes (1..1024)
 //	flags   = u8: bit 0 key present, bit 1 time assigned by auditd on arrival,
-//	          bit 2 source position present; other bits zero
+//	          bit 2 source position present, bit 3 headers present,
+//	          bit 4 marks present; other bits zero
 //	key     = u16 length, bytes                      (if bit 0)
 //	time    = i64 Unix nanoseconds, UTC
 //	source  = u16 length, topic bytes; i32 partition; i64 offset   (if bit 2)
+//	headers = u16 count, then per header: u16 length, name bytes;
+//	          u32 length, value bytes                (if bit 3; count >= 1)
+//	marks   = u8, nonzero                            (if bit 4)
 //	payload_sha256 = 32 bytes
 //
 // Integers are big-endian. Strings are UTF-8.
@@ -60,7 +95,11 @@ type Leaf struct {
 	// gave none.
 	TimeAssigned bool
 	// Source is the position in the source log, if the entry came from one.
-	Source        *Source
+	Source *Source
+	// Headers are the source record's headers, in order.
+	Headers []Header
+	// Marks are Mark* bits.
+	Marks         uint8
 	PayloadSHA256 Hash
 }
 
@@ -82,6 +121,15 @@ func (l *Leaf) Validate() error {
 		return fmt.Errorf("%w: key bytes without HasKey", ErrLeaf)
 	case l.Source != nil && len(l.Source.Topic) > MaxTopic:
 		return fmt.Errorf("%w: topic of %d bytes (max %d)", ErrLeaf, len(l.Source.Topic), MaxTopic)
+	case len(l.Headers) > MaxHeaders:
+		return fmt.Errorf("%w: %d headers (max %d)", ErrLeaf, len(l.Headers), MaxHeaders)
+	case l.Marks&^marksKnown != 0:
+		return fmt.Errorf("%w: unknown mark bits %#x", ErrLeaf, l.Marks&^marksKnown)
+	}
+	for _, h := range l.Headers {
+		if len(h.Key) > 1<<16-1 || uint64(len(h.Value)) > 1<<32-1 {
+			return fmt.Errorf("%w: header %q too long", ErrLeaf, h.Key)
+		}
 	}
 	return nil
 }
@@ -94,6 +142,15 @@ func (l *Leaf) Size() int {
 	}
 	if l.Source != nil {
 		n += 2 + len(l.Source.Topic) + 4 + 8
+	}
+	if len(l.Headers) > 0 {
+		n += 2
+		for _, h := range l.Headers {
+			n += 2 + len(h.Key) + 4 + len(h.Value)
+		}
+	}
+	if l.Marks != 0 {
+		n++
 	}
 	return n
 }
@@ -113,6 +170,12 @@ func (l *Leaf) Append(b []byte) ([]byte, error) {
 	if l.Source != nil {
 		flags |= flagSource
 	}
+	if len(l.Headers) > 0 {
+		flags |= flagHeaders
+	}
+	if l.Marks != 0 {
+		flags |= flagMarks
+	}
 	b = append(b, LeafVersion, byte(len(l.Log)))
 	b = append(b, l.Log...)
 	b = binary.BigEndian.AppendUint16(b, uint16(len(l.ID)))
@@ -128,6 +191,18 @@ func (l *Leaf) Append(b []byte) ([]byte, error) {
 		b = append(b, s.Topic...)
 		b = binary.BigEndian.AppendUint32(b, uint32(s.Partition))
 		b = binary.BigEndian.AppendUint64(b, uint64(s.Offset))
+	}
+	if len(l.Headers) > 0 {
+		b = binary.BigEndian.AppendUint16(b, uint16(len(l.Headers)))
+		for _, h := range l.Headers {
+			b = binary.BigEndian.AppendUint16(b, uint16(len(h.Key)))
+			b = append(b, h.Key...)
+			b = binary.BigEndian.AppendUint32(b, uint32(len(h.Value)))
+			b = append(b, h.Value...)
+		}
+	}
+	if l.Marks != 0 {
+		b = append(b, l.Marks)
 	}
 	return append(b, l.PayloadSHA256[:]...), nil
 }
@@ -174,6 +249,23 @@ func (l *Leaf) UnmarshalBinary(data []byte) error {
 		s.Partition = int32(d.u32())
 		s.Offset = int64(d.u64())
 		out.Source = s
+	}
+	if flags&flagHeaders != 0 {
+		n := int(d.u16())
+		if d.err == nil && n == 0 {
+			return fmt.Errorf("%w: headers flag with no headers", ErrLeaf)
+		}
+		for i := 0; i < n && d.err == nil; i++ {
+			k := string(d.bytes(int(d.u16())))
+			v := append([]byte{}, d.bytes(int(d.u32()))...)
+			out.Headers = append(out.Headers, Header{Key: k, Value: v})
+		}
+	}
+	if flags&flagMarks != 0 {
+		out.Marks = d.u8()
+		if d.err == nil && out.Marks == 0 {
+			return fmt.Errorf("%w: marks flag with no marks", ErrLeaf)
+		}
 	}
 	copy(out.PayloadSHA256[:], d.bytes(HashSize))
 	if d.err != nil {

@@ -1,0 +1,773 @@
+package ingest
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/auditd/auditd/ledger"
+	"github.com/auditd/auditd/merkle"
+)
+
+// KafkaConfig configures the Kafka source.
+type KafkaConfig struct {
+	// Brokers are the seed brokers, host:port.
+	Brokers []string `yaml:"brokers"`
+	// Topics to consume. With TopicRegex, each is a regular expression.
+	Topics     []string `yaml:"topics"`
+	TopicRegex bool     `yaml:"topic_regex"`
+	// Group is the consumer group (default "auditd"). Instances in one
+	// group split the partitions; each partition's ledger resumes from its
+	// own recorded position, whatever offset the group has committed.
+	Group string `yaml:"group"`
+	// IDHeader names the record header holding the event id (default
+	// "id"). A record without it gets the id "<topic>/<partition>/<offset>".
+	IDHeader string `yaml:"id_header"`
+	// MaxRecordBytes bounds the value ledgered with a record (default
+	// 1 MiB); a larger value is ledgered by its SHA-256 alone and marked
+	// oversize.
+	MaxRecordBytes int `yaml:"max_record_bytes"`
+	// BatchRecords bounds the records appended in one ledger request per
+	// partition (default 4096).
+	BatchRecords int `yaml:"batch_records"`
+	// FetchMaxBytes bounds one fetch response (default 16 MiB); with the
+	// per-partition queues it bounds the memory the source holds.
+	FetchMaxBytes int32 `yaml:"fetch_max_bytes"`
+	TLS           *KafkaTLS  `yaml:"tls"`
+	SASL          *KafkaSASL `yaml:"sasl"`
+	// ClientID is sent to the brokers (default "auditd").
+	ClientID string `yaml:"client_id"`
+}
+
+// KafkaTLS enables TLS to the brokers.
+type KafkaTLS struct {
+	// CAFile is a PEM bundle of CAs to trust (default: the system's).
+	CAFile string `yaml:"ca_file"`
+	// CertFile and KeyFile are a client certificate, for mutual TLS.
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// ServerName overrides the name checked in the broker's certificate.
+	ServerName         string `yaml:"server_name"`
+	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
+}
+
+// KafkaSASL authenticates to the brokers.
+type KafkaSASL struct {
+	// Mechanism is PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
+	Mechanism string `yaml:"mechanism"`
+	Username  string `yaml:"username"`
+	// Password; ${VAR} is expanded from the environment.
+	Password string `yaml:"password"`
+}
+
+func (c *KafkaConfig) setDefaults() {
+	if c.Group == "" {
+		c.Group = "auditd"
+	}
+	if c.IDHeader == "" {
+		c.IDHeader = "id"
+	}
+	if c.MaxRecordBytes <= 0 {
+		c.MaxRecordBytes = 1 << 20
+	}
+	if c.BatchRecords <= 0 {
+		c.BatchRecords = 4096
+	}
+	if c.FetchMaxBytes <= 0 {
+		c.FetchMaxBytes = 16 << 20
+	}
+	if c.ClientID == "" {
+		c.ClientID = "auditd"
+	}
+}
+
+// Validate reports a configuration the source cannot run with.
+func (c *KafkaConfig) Validate() error {
+	switch {
+	case len(c.Brokers) == 0:
+		return errors.New("kafka: no brokers")
+	case len(c.Topics) == 0:
+		return errors.New("kafka: no topics")
+	}
+	if s := c.SASL; s != nil {
+		switch s.Mechanism {
+		case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
+		default:
+			return fmt.Errorf("kafka: unknown SASL mechanism %q (want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)", s.Mechanism)
+		}
+	}
+	return nil
+}
+
+// LogName is the ledger log a topic partition feeds.
+func LogName(topic string, partition int32) string {
+	return topic + "." + strconv.Itoa(int(partition))
+}
+
+// Violation is an integrity violation the source found.
+type Violation struct {
+	Log      string
+	Kind     string // "offset_conflict"
+	Offset   int64
+	Index    uint64
+	LeafHash merkle.Hash
+	Detail   string
+}
+
+// Kafka consumes topic partitions into ledger logs, one log per partition,
+// exactly once: each partition's position is committed with its entries,
+// consumption resumes from there, and re-delivered records never add a leaf.
+type Kafka struct {
+	cfg   KafkaConfig
+	store *ledger.Store
+	log   *slog.Logger
+	cl    *kgo.Client
+	adm   *kadm.Client
+	m     *kafkaMetrics
+
+	// OnViolation, if set before Run, is told of each integrity violation.
+	OnViolation func(Violation)
+
+	mu    sync.Mutex
+	parts map[string]*partition // by log name, while assigned
+	hwm   map[string]int64      // latest high watermark seen, by log name
+
+	health sync.Mutex
+	status error // nil when the brokers answer and the topics exist
+}
+
+// NewKafka returns a Kafka source feeding store. Run starts it.
+func NewKafka(store *ledger.Store, cfg KafkaConfig, logger *slog.Logger) (*Kafka, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	k := &Kafka{cfg: cfg, store: store, log: logger, m: newKafkaMetrics(), parts: map[string]*partition{}, hwm: map[string]int64{},
+		status: errors.New("kafka: not connected yet")}
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.ClientID(cfg.ClientID),
+		kgo.ConsumerGroup(cfg.Group),
+		kgo.ConsumeTopics(cfg.Topics...),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadUncommitted()),
+		kgo.FetchMaxBytes(cfg.FetchMaxBytes),
+		kgo.MaxConcurrentFetches(4),
+		kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.AdjustFetchOffsetsFn(k.adjustOffsets),
+		kgo.OnPartitionsRevoked(k.revoked),
+		kgo.OnPartitionsLost(k.lost),
+		kgo.RetryBackoffFn(func(tries int) time.Duration {
+			d := 100 * time.Millisecond << min(tries, 6)
+			return min(d, 5*time.Second)
+		}),
+	}
+	if cfg.TopicRegex {
+		opts = append(opts, kgo.ConsumeRegex())
+	}
+	if cfg.TLS != nil {
+		tc, err := cfg.TLS.config()
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, kgo.DialTLSConfig(tc))
+	}
+	if s := cfg.SASL; s != nil {
+		opts = append(opts, kgo.SASL(s.mechanism()))
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: %w", err)
+	}
+	k.cl, k.adm = cl, kadm.NewClient(cl)
+	return k, nil
+}
+
+func (t *KafkaTLS) config() (*tls.Config, error) {
+	c := &tls.Config{ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify, MinVersion: tls.VersionTLS12}
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("kafka tls: %w", err)
+		}
+		c.RootCAs = x509.NewCertPool()
+		if !c.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("kafka tls: no certificates in %s", t.CAFile)
+		}
+	}
+	if t.CertFile != "" || t.KeyFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("kafka tls: %w", err)
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	return c, nil
+}
+
+func (s *KafkaSASL) mechanism() sasl.Mechanism {
+	pass := os.ExpandEnv(s.Password)
+	switch s.Mechanism {
+	case "SCRAM-SHA-256":
+		return scram.Auth{User: s.Username, Pass: pass}.AsSha256Mechanism()
+	case "SCRAM-SHA-512":
+		return scram.Auth{User: s.Username, Pass: pass}.AsSha512Mechanism()
+	default:
+		return plain.Auth{User: s.Username, Pass: pass}.AsMechanism()
+	}
+}
+
+// Collectors returns the source's Prometheus collectors.
+func (k *Kafka) Collectors() []prometheus.Collector { return k.m.collectors() }
+
+// Ready returns nil when the brokers answer and the configured topics exist.
+func (k *Kafka) Ready() error {
+	k.health.Lock()
+	defer k.health.Unlock()
+	return k.status
+}
+
+// Run consumes until ctx ends, then finishes the batches in hand, commits
+// the group offsets and closes the client. Broker outages do not end it: the
+// client retries with backoff and Ready reports the outage.
+func (k *Kafka) Run(ctx context.Context) error {
+	defer k.close()
+	go k.watchHealth(ctx)
+	for {
+		fetches := k.cl.PollRecords(ctx, 4*k.cfg.BatchRecords)
+		if fetches.IsClientClosed() || ctx.Err() != nil {
+			k.cl.AllowRebalance()
+			return nil
+		}
+		polled := time.Now()
+		fetches.EachError(func(topic string, p int32, err error) {
+			if errors.Is(err, context.Canceled) {
+				return
+			}
+			k.m.fetchErrors.Inc()
+			k.log.Warn("kafka fetch error", "topic", topic, "partition", p, "err", err)
+			k.setStatus(fmt.Errorf("kafka: fetch %s/%d: %w", topic, p, err))
+		})
+		fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
+			name := LogName(fp.Topic, fp.Partition)
+			k.mu.Lock()
+			p := k.parts[name]
+			k.hwm[name] = fp.HighWatermark
+			k.mu.Unlock()
+			if p == nil {
+				// Not assigned (revoked since the fetch): the next owner
+				// reads these records again from the ledger's position.
+				return
+			}
+			if len(fp.Records) == 0 {
+				p.updateLag(fp.HighWatermark)
+				return
+			}
+			// Blocks when the partition's queue is full: that is the flow
+			// control. The client stops fetching once its buffer is full.
+			p.in <- batch{recs: fp.Records, hwm: fp.HighWatermark, polled: polled}
+		})
+		k.cl.AllowRebalance()
+	}
+}
+
+func (k *Kafka) close() {
+	k.mu.Lock()
+	parts := make([]*partition, 0, len(k.parts))
+	for _, p := range k.parts {
+		parts = append(parts, p)
+	}
+	k.parts = map[string]*partition{}
+	k.mu.Unlock()
+	for _, p := range parts {
+		p.stop()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := k.cl.CommitMarkedOffsets(ctx); err != nil {
+		k.log.Warn("kafka: group offsets not committed at shutdown", "err", err)
+	}
+	k.cl.Close()
+}
+
+// watchHealth checks the brokers and the topics every few seconds and logs
+// changes of state (not every failure, so an outage gives no log flood).
+func (k *Kafka) watchHealth(ctx context.Context) {
+	t := time.NewTicker(3 * time.Second)
+	defer t.Stop()
+	for {
+		k.setStatus(k.check(ctx))
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (k *Kafka) check(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := k.cl.Ping(ctx); err != nil {
+		return fmt.Errorf("kafka: brokers %v unreachable: %w", k.cfg.Brokers, err)
+	}
+	if k.cfg.TopicRegex {
+		return nil
+	}
+	td, err := k.adm.ListTopics(ctx, k.cfg.Topics...)
+	if err != nil {
+		return fmt.Errorf("kafka: list topics: %w", err)
+	}
+	for _, t := range k.cfg.Topics {
+		d, ok := td[t]
+		if !ok {
+			return fmt.Errorf("kafka: topic %q does not exist", t)
+		}
+		if d.Err != nil {
+			return fmt.Errorf("kafka: topic %q: %w", t, d.Err)
+		}
+	}
+	return nil
+}
+
+func (k *Kafka) setStatus(err error) {
+	k.health.Lock()
+	prev := k.status
+	k.status = err
+	k.health.Unlock()
+	switch {
+	case err == nil && prev != nil:
+		k.m.ready.Set(1)
+		k.log.Info("kafka source ready", "brokers", k.cfg.Brokers, "topics", k.cfg.Topics)
+	case err != nil && (prev == nil || prev.Error() != err.Error()):
+		k.m.ready.Set(0)
+		k.log.Error("kafka source not ready", "err", err)
+	}
+}
+
+// adjustOffsets starts each assigned partition at its ledger's position,
+// not at the group's committed offset: the ledger is the record of what was
+// consumed. A partition without a ledger log starts at its first offset.
+func (k *Kafka) adjustOffsets(ctx context.Context, assigned map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+	for topic, ps := range assigned {
+		for part := range ps {
+			p, err := k.assign(topic, part)
+			if err != nil {
+				k.log.Error("kafka: cannot open the partition's log", "topic", topic, "partition", part, "err", err)
+				return nil, err
+			}
+			if p.pos.Next > 0 {
+				ps[part] = kgo.NewOffset().At(p.pos.Next).WithEpoch(-1)
+			} else {
+				ps[part] = kgo.NewOffset().AtStart()
+			}
+			k.log.Info("kafka partition assigned", "log", p.name, "from_offset", p.pos.Next)
+		}
+	}
+	return assigned, nil
+}
+
+func (k *Kafka) assign(topic string, part int32) (*partition, error) {
+	name := LogName(topic, part)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if p := k.parts[name]; p != nil {
+		return p, nil
+	}
+	l, err := k.store.CreateLog(name)
+	if err != nil {
+		return nil, err
+	}
+	pos := &Position{Topic: topic, Partition: part}
+	if b := l.SourcePosition(); b != nil {
+		if pos, err = DecodePosition(b); err != nil {
+			return nil, fmt.Errorf("log %s: %w", name, err)
+		}
+		if pos.Topic != topic || pos.Partition != part {
+			return nil, fmt.Errorf("log %s records source %s/%d, not %s/%d", name, pos.Topic, pos.Partition, topic, part)
+		}
+	}
+	p := &partition{k: k, name: name, log: l, pos: *pos, in: make(chan batch, 4), done: make(chan struct{})}
+	p.consumed = k.m.consumed.WithLabelValues(name)
+	p.bytes = k.m.bytes.WithLabelValues(name)
+	p.gaps = k.m.gaps.WithLabelValues(name)
+	p.conflicts = k.m.conflicts.WithLabelValues(name)
+	p.redelivered = k.m.redelivered.WithLabelValues(name)
+	k.parts[name] = p
+	go p.run()
+	return p, nil
+}
+
+// revoked finishes the revoked partitions' batches in hand, then commits
+// the group offsets, so the next owner's lag tools start from the truth.
+func (k *Kafka) revoked(ctx context.Context, cl *kgo.Client, lost map[string][]int32) {
+	k.release(lost)
+	if err := cl.CommitMarkedOffsets(ctx); err != nil {
+		k.log.Warn("kafka: group offsets not committed on revoke", "err", err)
+	}
+}
+
+func (k *Kafka) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	k.release(lost)
+}
+
+func (k *Kafka) release(ps map[string][]int32) {
+	for topic, parts := range ps {
+		for _, part := range parts {
+			name := LogName(topic, part)
+			k.mu.Lock()
+			p := k.parts[name]
+			delete(k.parts, name)
+			k.mu.Unlock()
+			if p != nil {
+				p.stop()
+				k.log.Info("kafka partition released", "log", name, "next_offset", p.pos.Next)
+			}
+		}
+	}
+}
+
+// Status is the state of one partition's ingestion, for GET /v1/logs/{log}.
+type Status struct {
+	Position
+	// Assigned says this instance consumes the partition now.
+	Assigned bool `json:"assigned"`
+	// LastOffset is the last offset ledgered or skipped (-1: none yet).
+	LastOffset int64 `json:"last_offset"`
+	// HighWatermark and Lag are from the latest fetch (-1: unknown).
+	HighWatermark int64 `json:"high_watermark"`
+	Lag           int64 `json:"lag"`
+}
+
+// Status returns the ingestion state of the named log, or false if no
+// Kafka partition feeds it.
+func (k *Kafka) Status(log string) (*Status, bool) {
+	k.mu.Lock()
+	p := k.parts[log]
+	hwm, hasHWM := k.hwm[log]
+	k.mu.Unlock()
+	var pos Position
+	if p != nil {
+		p.mu.Lock()
+		pos = p.pos.clone()
+		p.mu.Unlock()
+	} else {
+		l, err := k.store.Log(log)
+		if err != nil {
+			return nil, false
+		}
+		b := l.SourcePosition()
+		if b == nil {
+			return nil, false
+		}
+		d, err := DecodePosition(b)
+		if err != nil {
+			return nil, false
+		}
+		pos = *d
+	}
+	st := &Status{Position: pos, Assigned: p != nil, LastOffset: pos.Next - 1, HighWatermark: -1, Lag: -1}
+	if hasHWM {
+		st.HighWatermark, st.Lag = hwm, max(hwm-pos.Next, 0)
+	}
+	return st, true
+}
+
+// batch is records of one partition from one poll.
+type batch struct {
+	recs   []*kgo.Record
+	hwm    int64
+	polled time.Time
+}
+
+// partition appends one partition's records to its log, in offset order.
+type partition struct {
+	k    *Kafka
+	name string
+	log  *ledger.Log
+	in   chan batch
+	done chan struct{}
+
+	mu  sync.Mutex // guards pos for Status readers; the run goroutine writes it
+	pos Position
+
+	consumed, bytes, gaps, conflicts, redelivered prometheus.Counter
+}
+
+func (p *partition) stop() {
+	close(p.in)
+	<-p.done
+}
+
+func (p *partition) updateLag(hwm int64) {
+	p.mu.Lock()
+	next := p.pos.Next
+	p.mu.Unlock()
+	p.k.m.lag.WithLabelValues(p.name).Set(float64(max(hwm-next, 0)))
+}
+
+func (p *partition) run() {
+	defer close(p.done)
+	for b := range p.in {
+		for len(b.recs) > 0 {
+			n := min(len(b.recs), p.k.cfg.BatchRecords)
+			if err := p.append(b.recs[:n]); err != nil {
+				// The ledger refused or failed: stop this partition without
+				// advancing; the records are read again after a restart.
+				p.k.log.Error("kafka: append failed; partition stopped until restart", "log", p.name, "offset", b.recs[0].Offset, "err", err)
+				p.k.setStatus(fmt.Errorf("kafka: log %s: %w", p.name, err))
+				for range p.in {
+				}
+				return
+			}
+			b.recs = b.recs[n:]
+		}
+		p.updateLag(b.hwm)
+		p.k.m.durable.Observe(time.Since(b.polled).Seconds())
+	}
+}
+
+// append ledgers recs (consecutive records of the partition, in offset
+// order) with the new position in one ledger batch.
+func (p *partition) append(recs []*kgo.Record) error {
+	ctx := context.Background()
+	pos := p.pos.clone()
+	entries := make([]ledger.Entry, 0, len(recs))
+	var last *kgo.Record
+	var nbytes int
+	for _, r := range recs {
+		if r.Offset < pos.Next {
+			// Delivered again (a rebalance, a retry): the log holds this
+			// offset already. Check that it is the same record.
+			if err := p.checkRedelivered(r, &pos); err != nil {
+				return err
+			}
+			continue
+		}
+		if r.Offset > pos.Next {
+			pos.addGap(pos.Next, r.Offset-1)
+			p.gaps.Add(float64(r.Offset - pos.Next))
+			p.k.log.Info("kafka offsets skipped", "log", p.name, "from", pos.Next, "to", r.Offset-1)
+		}
+		entries = append(entries, p.k.entry(r))
+		pos.Next = r.Offset + 1
+		last = r
+		nbytes += len(r.Value) + len(r.Key)
+	}
+	if last == nil && len(pos.Conflicted) == len(p.pos.Conflicted) && pos.Conflicts == p.pos.Conflicts {
+		return nil
+	}
+	for attempt := 0; ; attempt++ {
+		_, err := p.log.AppendSource(ctx, entries, pos.encode())
+		var ce *ledger.ConflictError
+		if errors.As(err, &ce) && attempt <= len(entries) {
+			// The producer's id is taken by an earlier record of the
+			// partition (a producer retry, a reused id): ledger this record
+			// under its position instead, marked. Deterministic: it depends
+			// only on the partition's earlier records.
+			e := &entries[ce.Item]
+			if e.Marks&merkle.MarkDuplicateID != 0 {
+				return err
+			}
+			e.ID = positionID(e.Source)
+			e.Marks |= merkle.MarkDuplicateID
+			p.k.m.dupIDs.WithLabelValues(p.name).Inc()
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		break
+	}
+	p.mu.Lock()
+	p.pos = pos
+	p.mu.Unlock()
+	if last != nil {
+		p.consumed.Add(float64(len(entries)))
+		p.bytes.Add(float64(nbytes))
+		// The group offset follows the ledger, never leads it.
+		p.k.cl.MarkCommitRecords(last)
+	}
+	return nil
+}
+
+// checkRedelivered compares a record at an offset the log already holds
+// with the leaf the log has for it. A difference is an integrity violation:
+// the original leaf stays, and the conflict is recorded in pos.
+func (p *partition) checkRedelivered(r *kgo.Record, pos *Position) error {
+	p.redelivered.Inc()
+	rec, err := p.findOffset(r.Offset)
+	if errors.Is(err, ledger.ErrNotFound) {
+		// Inside a recorded gap: the offset was skipped when first read, so
+		// a record there now was written after the fact.
+		p.violation(r, pos, 0, fmt.Sprintf("offset %d was skipped when first read; a record is there now", r.Offset))
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	e := p.k.entry(r)
+	if rec.Leaf.Marks&merkle.MarkDuplicateID != 0 {
+		e.ID = positionID(e.Source)
+		e.Marks |= merkle.MarkDuplicateID
+	}
+	if leafOf(p.name, &e) == rec.LeafHash {
+		return nil
+	}
+	p.violation(r, pos, rec.Index, fmt.Sprintf("record at offset %d differs from the leaf at index %d", r.Offset, rec.Index))
+	return nil
+}
+
+func (p *partition) violation(r *kgo.Record, pos *Position, index uint64, detail string) {
+	e := p.k.entry(r)
+	h := leafOf(p.name, &e)
+	for _, c := range pos.Conflicted {
+		if c.Offset == r.Offset && c.LeafHash == h.String() {
+			return // the same rewrite seen again
+		}
+	}
+	pos.addConflict(Conflict{Offset: r.Offset, Index: index, LeafHash: h.String()})
+	p.conflicts.Inc()
+	p.k.log.Error("integrity violation: kafka record differs from the ledger", "log", p.name, "offset", r.Offset, "index", index, "detail", detail)
+	if f := p.k.OnViolation; f != nil {
+		f(Violation{Log: p.name, Kind: "offset_conflict", Offset: r.Offset, Index: index, LeafHash: h, Detail: detail})
+	}
+}
+
+// findOffset finds the entry of the log read from offset, by binary search:
+// a partition's log holds its records in offset order.
+func (p *partition) findOffset(off int64) (*ledger.Record, error) {
+	size := p.log.Size()
+	i := sort.Search(int(size), func(i int) bool {
+		rec, err := p.log.Entry(uint64(i))
+		return err != nil || rec.Leaf.Source == nil || rec.Leaf.Source.Offset >= off
+	})
+	if uint64(i) == size {
+		return nil, ledger.ErrNotFound
+	}
+	rec, err := p.log.Entry(uint64(i))
+	if err != nil {
+		return nil, err
+	}
+	if rec.Leaf.Source == nil || rec.Leaf.Source.Offset != off {
+		return nil, ledger.ErrNotFound
+	}
+	return rec, nil
+}
+
+// entry turns a record into a ledger entry: a pure function of the record,
+// so two instances consuming one partition build identical leaves.
+func (k *Kafka) entry(r *kgo.Record) ledger.Entry {
+	src := &merkle.Source{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
+	e := ledger.Entry{Source: src, Time: r.Timestamp, HasKey: r.Key != nil, Key: r.Key}
+	if e.Time.IsZero() {
+		e.Time = time.Unix(0, 0).UTC()
+	}
+	for _, h := range r.Headers {
+		if h.Key == k.cfg.IDHeader && e.ID == "" && len(h.Value) > 0 && len(h.Value) <= merkle.MaxID && utf8.Valid(h.Value) {
+			e.ID = string(h.Value)
+		}
+		e.Headers = append(e.Headers, merkle.Header{Key: h.Key, Value: h.Value})
+	}
+	if e.ID == "" {
+		e.ID = positionID(src)
+	}
+	v := r.Value
+	switch {
+	case len(v) > k.cfg.MaxRecordBytes:
+		h := merkle.Hash(sha256.Sum256(v))
+		e.PayloadHash = &h
+		e.Marks |= merkle.MarkOversize
+	case len(v) == 0:
+		e.Payload = []byte{}
+		e.Marks |= merkle.MarkEmpty | merkle.MarkNotJSON
+	default:
+		e.Payload = v
+		if !utf8.Valid(v) {
+			e.Marks |= merkle.MarkNotUTF8
+		}
+		if json.Valid(v) {
+			e.PayloadJSON = true
+		} else {
+			e.Marks |= merkle.MarkNotJSON
+		}
+	}
+	if e.Marks != 0 {
+		k.m.flagged.Inc()
+	}
+	return e
+}
+
+// positionID is the id of a record whose producer gave none.
+func positionID(s *merkle.Source) string {
+	return s.Topic + "/" + strconv.Itoa(int(s.Partition)) + "/" + strconv.FormatInt(s.Offset, 10)
+}
+
+// leafOf computes the leaf hash the ledger gives e in log.
+func leafOf(log string, e *ledger.Entry) merkle.Hash {
+	l := merkle.Leaf{Log: log, ID: e.ID, HasKey: e.HasKey, Key: e.Key, Time: e.Time.UnixNano(), Source: e.Source, Headers: e.Headers, Marks: e.Marks}
+	if e.PayloadHash != nil {
+		l.PayloadSHA256 = *e.PayloadHash
+	} else {
+		l.PayloadSHA256 = sha256.Sum256(e.Payload)
+	}
+	h, err := l.Hash()
+	if err != nil {
+		return merkle.Hash{}
+	}
+	return h
+}
+
+type kafkaMetrics struct {
+	consumed, bytes, gaps, conflicts, redelivered, dupIDs *prometheus.CounterVec
+	lag                                                   *prometheus.GaugeVec
+	flagged, fetchErrors                                  prometheus.Counter
+	ready                                                 prometheus.Gauge
+	durable                                               prometheus.Histogram
+}
+
+func newKafkaMetrics() *kafkaMetrics {
+	cv := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"log"})
+	}
+	return &kafkaMetrics{
+		consumed:    cv("kafka_records_total", "Kafka records ledgered, by log."),
+		bytes:       cv("kafka_record_bytes_total", "Bytes of Kafka record keys and values ledgered, by log."),
+		gaps:        cv("kafka_gap_offsets_total", "Offsets a partition skipped (compaction, transaction markers, retention), by log."),
+		conflicts:   cv("kafka_offset_conflicts_total", "Records re-read at an offset the log holds with different content (integrity violations), by log."),
+		redelivered: cv("kafka_redelivered_records_total", "Records delivered again at an offset the log already holds, by log."),
+		dupIDs:      cv("kafka_duplicate_ids_total", "Records whose id header was taken by an earlier record of the partition, by log."),
+		lag:         prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kafka_consumer_lag_records", Help: "Records between the ledger's position and the partition's high watermark, by log."}, []string{"log"}),
+		flagged:     prometheus.NewCounter(prometheus.CounterOpts{Name: "kafka_flagged_records_total", Help: "Records ledgered with a mark (not JSON, not UTF-8, empty, oversize)."}),
+		fetchErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "kafka_fetch_errors_total", Help: "Errors fetching from the brokers."}),
+		ready:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "kafka_ready", Help: "1 when the brokers answer and the topics exist."}),
+		durable: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kafka_fetch_to_durable_seconds", Help: "Time from a poll returning records to their ledger entries being durable.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
+	}
+}
+
+func (m *kafkaMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.consumed, m.bytes, m.gaps, m.conflicts, m.redelivered, m.dupIDs, m.lag, m.flagged, m.fetchErrors, m.ready, m.durable}
+}

@@ -50,7 +50,7 @@ type KafkaConfig struct {
 	BatchRecords int `yaml:"batch_records"`
 	// FetchMaxBytes bounds one fetch response (default 16 MiB); with the
 	// per-partition queues it bounds the memory the source holds.
-	FetchMaxBytes int32 `yaml:"fetch_max_bytes"`
+	FetchMaxBytes int32      `yaml:"fetch_max_bytes"`
 	TLS           *KafkaTLS  `yaml:"tls"`
 	SASL          *KafkaSASL `yaml:"sasl"`
 	// ClientID is sent to the brokers (default "auditd").

@@ -114,7 +114,7 @@ type item struct {
 
 type appendReq struct {
 	items   []item
-	source  []byte // AppendSource: the position to commit with the items
+	source  []byte        // AppendSource: the position to commit with the items
 	persist *pebble.Batch // CreateLog: commit this instead of entries
 	enq     time.Time
 	done    chan struct{}

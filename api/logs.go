@@ -63,8 +63,14 @@ func (s *Server) getLog(w http.ResponseWriter, r *http.Request) {
 		logOut
 		Origin     string         `json:"origin"`
 		Checkpoint *checkpointOut `json:"checkpoint,omitempty"`
+		Source     any            `json:"source,omitempty"`
 		Error      string         `json:"error,omitempty"`
 	}{logOut: logOut{Name: li.Name, Size: li.Size, RootHash: li.Root}, Origin: l.Origin()}
+	if f := s.opts.SourceStatus; f != nil {
+		if st, ok := f(li.Name); ok {
+			out.Source = st
+		}
+	}
 	if cp := l.Checkpoint(); cp != nil {
 		out.Checkpoint = &checkpointOut{Size: cp.Size, RootHash: cp.Root, Note: string(cp.Note)}
 	}
@@ -174,6 +180,8 @@ func renderEntry(rec *ledger.Record, forceBase64 bool) client.Entry {
 		PayloadSHA256: base64.StdEncoding.EncodeToString(l.PayloadSHA256[:]),
 		Leaf:          base64.StdEncoding.EncodeToString(rec.LeafBytes),
 		LeafHash:      rec.LeafHash,
+		Headers:       l.Headers,
+		Marks:         merkle.MarkNames(l.Marks),
 	}
 	if l.HasKey {
 		if utf8.Valid(l.Key) {
@@ -227,8 +235,12 @@ func (s *Server) getEntryByID(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
+	if q.Has("start") && !q.Has("id") {
+		s.listEntries(w, r, l)
+		return
+	}
 	if !q.Has("id") {
-		writeError(w, http.StatusBadRequest, "invalid_parameter", "pass ?id=EVENT_ID, or GET /entries/{index}", nil)
+		writeError(w, http.StatusBadRequest, "invalid_parameter", "pass ?id=EVENT_ID or ?start=INDEX&end=INDEX, or GET /entries/{index}", nil)
 		return
 	}
 	rec, err := l.EntryByID(q.Get("id"))
@@ -237,6 +249,46 @@ func (s *Server) getEntryByID(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, renderEntry(rec, r.URL.Query().Get("payload") == "base64"))
+}
+
+// maxListEntries bounds the entries of one GET /entries?start=&end=.
+const maxListEntries = 10_000
+
+// listEntries serves the entries [start, end) (end defaults to start+1000
+// and is capped at the tree size and maxListEntries) as {"entries": [...]}.
+func (s *Server) listEntries(w http.ResponseWriter, r *http.Request, l *ledger.Log) {
+	q := r.URL.Query()
+	start, err := parseUint("start", q.Get("start"))
+	if err != nil {
+		s.badParam(w, err)
+		return
+	}
+	end := start + 1000
+	if q.Has("end") {
+		if end, err = parseUint("end", q.Get("end")); err != nil {
+			s.badParam(w, err)
+			return
+		}
+	}
+	size := l.Size()
+	if start > end || start > size {
+		writeError(w, http.StatusBadRequest, "out_of_range", fmt.Sprintf("entries [%d, %d) of a tree of size %d", start, end, size), nil)
+		return
+	}
+	end = min(end, size, start+maxListEntries)
+	out := struct {
+		Entries []client.Entry `json:"entries"`
+	}{Entries: make([]client.Entry, 0, end-start)}
+	base64 := q.Get("payload") == "base64"
+	err = l.Entries(r.Context(), start, end, func(rec *ledger.Record) error {
+		out.Entries = append(out.Entries, renderEntry(rec, base64))
+		return nil
+	})
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) getCheckpoint(w http.ResponseWriter, r *http.Request) {

@@ -116,6 +116,8 @@ type Entry struct {
 	Time          string          `json:"time"`
 	TimeAssigned  bool            `json:"time_assigned"`
 	Source        *merkle.Source  `json:"source,omitempty"`
+	Headers       []merkle.Header `json:"headers,omitempty"`
+	Marks         []string        `json:"marks,omitempty"`
 	Payload       json.RawMessage `json:"payload,omitempty"`
 	PayloadBase64 *string         `json:"payload_base64,omitempty"`
 	PayloadPruned bool            `json:"payload_pruned,omitempty"`
@@ -159,7 +161,11 @@ func (e *Entry) RecomputeLeaf(log string) (merkle.Hash, error) {
 	if err != nil {
 		return merkle.Hash{}, verifyErr("entry %d: time %q: %v", e.Index, e.Time, err)
 	}
-	l := merkle.Leaf{Log: log, ID: e.ID, Time: t.UnixNano(), TimeAssigned: e.TimeAssigned, Source: e.Source}
+	marks, err := merkle.ParseMarks(e.Marks)
+	if err != nil {
+		return merkle.Hash{}, verifyErr("entry %d: %v", e.Index, err)
+	}
+	l := merkle.Leaf{Log: log, ID: e.ID, Time: t.UnixNano(), TimeAssigned: e.TimeAssigned, Source: e.Source, Headers: e.Headers, Marks: marks}
 	switch {
 	case e.Key != nil:
 		l.HasKey, l.Key = true, []byte(*e.Key)
@@ -201,6 +207,28 @@ func (e *Entry) RecomputeLeaf(log string) (merkle.Hash, error) {
 		return merkle.Hash{}, verifyErr("entry %d: leaf hash %s, recomputed %s", e.Index, e.LeafHash, h)
 	}
 	return h, nil
+}
+
+// Entries fetches the entries [start, end) of log; the server may return
+// fewer (at most 10,000 at a time, and none beyond its tree size).
+func (c *Client) Entries(ctx context.Context, log string, start, end uint64) ([]Entry, error) {
+	b, err := c.get(ctx, logPath(log)+"/entries", url.Values{
+		"start": {strconv.FormatUint(start, 10)}, "end": {strconv.FormatUint(end, 10)}, "payload": {"base64"}})
+	if err != nil {
+		return nil, err
+	}
+	var out struct {
+		Entries []Entry `json:"entries"`
+	}
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, fmt.Errorf("entries: %w", err)
+	}
+	for i := range out.Entries {
+		if want := start + uint64(i); out.Entries[i].Index != want {
+			return nil, verifyErr("entries of %s: got index %d at position %d, want %d", log, out.Entries[i].Index, i, want)
+		}
+	}
+	return out.Entries, nil
 }
 
 // InclusionProof fetches the inclusion proof of index in the tree of size.

@@ -47,6 +47,35 @@ const (
 	marksKnown      = MarkNotJSON | MarkNotUTF8 | MarkEmpty | MarkOversize | MarkDuplicateID
 )
 
+var markNames = []string{"not_json", "not_utf8", "empty", "oversize", "duplicate_id"}
+
+// MarkNames returns the names of the mark bits set in m, in bit order.
+func MarkNames(m uint8) []string {
+	var out []string
+	for i, n := range markNames {
+		if m&(1<<i) != 0 {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// ParseMarks turns mark names back into bits.
+func ParseMarks(names []string) (uint8, error) {
+	var m uint8
+next:
+	for _, n := range names {
+		for i, k := range markNames {
+			if n == k {
+				m |= 1 << i
+				continue next
+			}
+		}
+		return 0, fmt.Errorf("%w: unknown mark %q", ErrLeaf, n)
+	}
+	return m, nil
+}
+
 // Header is one source record header (Kafka record headers). Names may
 // repeat; order is kept.
 type Header struct {

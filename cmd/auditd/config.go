@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/auditd/auditd/ingest"
 )
 
 // Config is auditd serve's configuration, read from a YAML file (--config)
@@ -70,6 +72,11 @@ type Config struct {
 	LogLevel string `yaml:"log_level"`
 	// LogFormat is text or json. Default text.
 	LogFormat string `yaml:"log_format"`
+	// Kafka, if set, consumes Kafka topics into the ledger: one log per
+	// topic partition, named <topic>.<partition>, exactly once. Its fields
+	// are documented in docs/kafka.md; the --kafka-* flags override them.
+	// AUDITD_KAFKA_SASL_PASSWORD overrides kafka.sasl.password.
+	Kafka *ingest.KafkaConfig `yaml:"kafka"`
 }
 
 func defaultConfig() Config {
@@ -105,6 +112,9 @@ func loadConfig(path string) (Config, error) {
 	if v := os.Getenv("AUDITD_READ_TOKEN"); v != "" {
 		c.ReadToken = v
 	}
+	if v := os.Getenv("AUDITD_KAFKA_SASL_PASSWORD"); v != "" && c.Kafka != nil && c.Kafka.SASL != nil {
+		c.Kafka.SASL.Password = v
+	}
 	return c, nil
 }
 
@@ -120,6 +130,11 @@ func (c *Config) validate() error {
 		return errors.New("config: max_batch must be at least 1")
 	case c.MaxBodyBytes < 1:
 		return errors.New("config: max_body_bytes must be positive")
+	}
+	if c.Kafka != nil {
+		if err := c.Kafka.Validate(); err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
 	}
 	if c.KeyFile == "" {
 		c.KeyFile = c.DataDir + "/auditd.key"
@@ -143,6 +158,102 @@ func bindFlags(fs *flag.FlagSet, c *Config) {
 	fs.StringVar(&c.DebugListen, "debug-listen", c.DebugListen, "serve /debug/pprof on this address (off when empty)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")
+}
+
+// kafkaFlags are the --kafka-* flags; apply copies those given onto the
+// configuration's Kafka section, creating it if needed.
+type kafkaFlags struct {
+	brokers, topics, group, idHeader     string
+	regex, tls, tlsInsecure              bool
+	tlsCA, tlsCert, tlsKey               string
+	saslMechanism, saslUser, saslPassEnv string
+	maxRecordBytes                       int
+}
+
+func bindKafkaFlags(fs *flag.FlagSet) *kafkaFlags {
+	k := &kafkaFlags{}
+	fs.StringVar(&k.brokers, "kafka-brokers", "", "Kafka seed brokers, host:port,... (enables the Kafka source)")
+	fs.StringVar(&k.topics, "kafka-topics", "", "Kafka topics to consume, comma-separated")
+	fs.BoolVar(&k.regex, "kafka-topic-regex", false, "treat --kafka-topics as regular expressions")
+	fs.StringVar(&k.group, "kafka-group", "", `Kafka consumer group (default "auditd")`)
+	fs.StringVar(&k.idHeader, "kafka-id-header", "", `record header holding the event id (default "id")`)
+	fs.IntVar(&k.maxRecordBytes, "kafka-max-record-bytes", 0, "record values above this are ledgered by hash, marked oversize (default 1 MiB)")
+	fs.BoolVar(&k.tls, "kafka-tls", false, "connect to the brokers with TLS")
+	fs.StringVar(&k.tlsCA, "kafka-tls-ca", "", "PEM file of CAs for the brokers' certificates (implies --kafka-tls)")
+	fs.StringVar(&k.tlsCert, "kafka-tls-cert", "", "client certificate PEM file, for mutual TLS")
+	fs.StringVar(&k.tlsKey, "kafka-tls-key", "", "client key PEM file, for mutual TLS")
+	fs.BoolVar(&k.tlsInsecure, "kafka-tls-insecure", false, "do not verify the brokers' certificates (testing only)")
+	fs.StringVar(&k.saslMechanism, "kafka-sasl-mechanism", "", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (password from AUDITD_KAFKA_SASL_PASSWORD)")
+	fs.StringVar(&k.saslUser, "kafka-sasl-user", "", "SASL user name")
+	return k
+}
+
+func (k *kafkaFlags) apply(fs *flag.FlagSet, c *Config) {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	any := false
+	for n := range set {
+		if strings.HasPrefix(n, "kafka-") {
+			any = true
+		}
+	}
+	if !any {
+		return
+	}
+	if c.Kafka == nil {
+		c.Kafka = &ingest.KafkaConfig{}
+	}
+	kc := c.Kafka
+	split := func(s string) []string {
+		var out []string
+		for _, p := range strings.Split(s, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	if set["kafka-brokers"] {
+		kc.Brokers = split(k.brokers)
+	}
+	if set["kafka-topics"] {
+		kc.Topics = split(k.topics)
+	}
+	if set["kafka-topic-regex"] {
+		kc.TopicRegex = k.regex
+	}
+	if set["kafka-group"] {
+		kc.Group = k.group
+	}
+	if set["kafka-id-header"] {
+		kc.IDHeader = k.idHeader
+	}
+	if set["kafka-max-record-bytes"] {
+		kc.MaxRecordBytes = k.maxRecordBytes
+	}
+	if k.tls || k.tlsCA != "" || k.tlsCert != "" || k.tlsInsecure {
+		if kc.TLS == nil {
+			kc.TLS = &ingest.KafkaTLS{}
+		}
+		if k.tlsCA != "" {
+			kc.TLS.CAFile = k.tlsCA
+		}
+		if k.tlsCert != "" {
+			kc.TLS.CertFile, kc.TLS.KeyFile = k.tlsCert, k.tlsKey
+		}
+		if k.tlsInsecure {
+			kc.TLS.InsecureSkipVerify = true
+		}
+	}
+	if k.saslMechanism != "" {
+		if kc.SASL == nil {
+			kc.SASL = &ingest.KafkaSASL{}
+		}
+		kc.SASL.Mechanism, kc.SASL.Username = k.saslMechanism, k.saslUser
+		if v := os.Getenv("AUDITD_KAFKA_SASL_PASSWORD"); v != "" {
+			kc.SASL.Password = v
+		}
+	}
 }
 
 // configPath finds --config in args before the flag set parses them, so the

@@ -11,7 +11,8 @@ import (
 const usage = `auditd: an append-only, Merkle-committed event ledger with signed checkpoints.
 
 Usage:
-  auditd serve   [flags]   run the daemon (ledger, proof API, metrics)
+  auditd serve   [flags]   run the daemon (ledger, proof API, Kafka source, metrics)
+  auditd demo    [flags]   run the daemon on an in-process Kafka broker with sample events
   auditd keygen  [flags]   create a checkpoint signing key
   auditd prove   [flags]   verify an event's inclusion against a running server
   auditd bench   [flags]   measure append, checkpoint and proof performance
@@ -32,6 +33,8 @@ func main() {
 	switch cmd {
 	case "serve":
 		err = runServe(args)
+	case "demo":
+		err = runDemo(args)
 	case "keygen":
 		err = runKeygen(args)
 	case "prove":

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/auditd/auditd/api"
+	"github.com/auditd/auditd/ingest"
 	"github.com/auditd/auditd/ledger"
 )
 
@@ -30,6 +31,7 @@ func runServe(args []string) error {
 	fset := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fset.String("config", "", "YAML configuration file (flags override it)")
 	bindFlags(fset, &cfg)
+	kf := bindKafkaFlags(fset)
 	fset.Usage = func() {
 		fmt.Fprintf(fset.Output(), "Usage: auditd serve [flags]\n\nRuns the ledger and its HTTP API. With no flags: data in ./auditd-data,\nHTTP on 127.0.0.1:8080, a signing key generated on first start.\n\n")
 		fset.PrintDefaults()
@@ -40,6 +42,7 @@ func runServe(args []string) error {
 		}
 		return err
 	}
+	kf.apply(fset, &cfg)
 	if err := cfg.validate(); err != nil {
 		return err
 	}
@@ -106,12 +109,42 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 	for _, c := range store.Collectors() {
 		auditdReg.MustRegister(c)
 	}
-	srv := api.New(store, key.vkey, api.Options{
+	var kafka *ingest.Kafka
+	if cfg.Kafka != nil {
+		if kafka, err = ingest.NewKafka(store, *cfg.Kafka, logger); err != nil {
+			return err
+		}
+		for _, c := range kafka.Collectors() {
+			auditdReg.MustRegister(c)
+		}
+		kctx, cancel := context.WithCancel(context.Background())
+		kdone := make(chan struct{})
+		go func() {
+			defer close(kdone)
+			if err := kafka.Run(kctx); err != nil {
+				logger.Error("kafka source stopped", "err", err)
+			}
+		}()
+		// Runs before the ledger closes (defers run last first): the
+		// source finishes its batches in hand and commits group offsets.
+		defer func() {
+			logger.Info("shutting down: stopping the Kafka source")
+			cancel()
+			<-kdone
+		}()
+		logger.Info("consuming Kafka", "brokers", cfg.Kafka.Brokers, "topics", cfg.Kafka.Topics, "group", cfg.Kafka.Group)
+	}
+	opts := api.Options{
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxEvents: cfg.MaxEvents, MaxPayloadBytes: cfg.MaxPayloadBytes,
 		WriteToken: cfg.WriteToken, ReadToken: cfg.ReadToken, CreateLogs: cfg.CreateLogs == nil || *cfg.CreateLogs,
 		MaxConcurrentWrites: cfg.MaxConcurrentWrites, WaitTimeout: cfg.WaitTimeout, Logger: logger,
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
-	})
+	}
+	if kafka != nil {
+		opts.SourceStatus = func(log string) (any, bool) { return kafka.Status(log) }
+		opts.Ready = kafka.Ready
+	}
+	srv := api.New(store, key.vkey, opts)
 	for _, c := range srv.Collectors() {
 		auditdReg.MustRegister(c)
 	}

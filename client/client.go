@@ -157,56 +157,70 @@ func (c *Client) entry(ctx context.Context, path string, q url.Values) (*Entry, 
 // checks it against the leaf bytes and hash the server sent, and returns
 // the leaf hash.
 func (e *Entry) RecomputeLeaf(log string) (merkle.Hash, error) {
+	_, _, h, err := e.Decode(log)
+	return h, err
+}
+
+// Decode rebuilds the entry's leaf of log from its fields, checks it against
+// the leaf bytes and hash the server sent, and returns the leaf, the payload
+// (nil if pruned) and the leaf hash.
+func (e *Entry) Decode(log string) (*merkle.Leaf, []byte, merkle.Hash, error) {
+	fail := func(format string, args ...any) (*merkle.Leaf, []byte, merkle.Hash, error) {
+		return nil, nil, merkle.Hash{}, verifyErr(format, args...)
+	}
 	t, err := time.Parse(time.RFC3339Nano, e.Time)
 	if err != nil {
-		return merkle.Hash{}, verifyErr("entry %d: time %q: %v", e.Index, e.Time, err)
+		return fail("entry %d: time %q: %v", e.Index, e.Time, err)
 	}
 	marks, err := merkle.ParseMarks(e.Marks)
 	if err != nil {
-		return merkle.Hash{}, verifyErr("entry %d: %v", e.Index, err)
+		return fail("entry %d: %v", e.Index, err)
 	}
-	l := merkle.Leaf{Log: log, ID: e.ID, Time: t.UnixNano(), TimeAssigned: e.TimeAssigned, Source: e.Source, Headers: e.Headers, Marks: marks}
+	l := &merkle.Leaf{Log: log, ID: e.ID, Time: t.UnixNano(), TimeAssigned: e.TimeAssigned, Source: e.Source, Headers: e.Headers, Marks: marks}
 	switch {
 	case e.Key != nil:
 		l.HasKey, l.Key = true, []byte(*e.Key)
 	case e.KeyBase64 != nil:
 		k, err := base64.StdEncoding.DecodeString(*e.KeyBase64)
 		if err != nil {
-			return merkle.Hash{}, verifyErr("entry %d: key_base64: %v", e.Index, err)
+			return fail("entry %d: key_base64: %v", e.Index, err)
 		}
 		l.HasKey, l.Key = true, k
 	}
+	var payload []byte
 	switch {
 	case e.PayloadBase64 != nil:
 		p, err := base64.StdEncoding.DecodeString(*e.PayloadBase64)
 		if err != nil {
-			return merkle.Hash{}, verifyErr("entry %d: payload_base64: %v", e.Index, err)
+			return fail("entry %d: payload_base64: %v", e.Index, err)
 		}
+		payload = p
 		l.PayloadSHA256 = sha256.Sum256(p)
 	case e.Payload != nil:
+		payload = e.Payload
 		l.PayloadSHA256 = sha256.Sum256(e.Payload)
 	case e.PayloadPruned:
 		// Only the hash is left; it is committed to by the leaf.
 		h, err := base64.StdEncoding.DecodeString(e.PayloadSHA256)
 		if err != nil || len(h) != merkle.HashSize {
-			return merkle.Hash{}, verifyErr("entry %d: payload_sha256 %q", e.Index, e.PayloadSHA256)
+			return fail("entry %d: payload_sha256 %q", e.Index, e.PayloadSHA256)
 		}
 		copy(l.PayloadSHA256[:], h)
 	default:
-		return merkle.Hash{}, verifyErr("entry %d: no payload", e.Index)
+		return fail("entry %d: no payload", e.Index)
 	}
 	lb, err := l.MarshalBinary()
 	if err != nil {
-		return merkle.Hash{}, verifyErr("entry %d: %v", e.Index, err)
+		return fail("entry %d: %v", e.Index, err)
 	}
 	if sent, err := base64.StdEncoding.DecodeString(e.Leaf); err != nil || string(sent) != string(lb) {
-		return merkle.Hash{}, verifyErr("entry %d: leaf bytes from the server differ from the leaf recomputed from its fields", e.Index)
+		return fail("entry %d: leaf bytes from the server differ from the leaf recomputed from its fields", e.Index)
 	}
 	h := merkle.LeafHash(lb)
 	if h != e.LeafHash {
-		return merkle.Hash{}, verifyErr("entry %d: leaf hash %s, recomputed %s", e.Index, e.LeafHash, h)
+		return fail("entry %d: leaf hash %s, recomputed %s", e.Index, e.LeafHash, h)
 	}
-	return h, nil
+	return l, payload, h, nil
 }
 
 // Entries fetches the entries [start, end) of log; the server may return
@@ -305,4 +319,23 @@ func (c *Client) ProveConsistency(ctx context.Context, log string, older, newer 
 		return verifyErr("%v", err)
 	}
 	return nil
+}
+
+// Logs lists the names of the server's logs.
+func (c *Client) Logs(ctx context.Context) ([]string, error) {
+	b, err := c.get(ctx, "/v1/logs", nil)
+	if err != nil {
+		return nil, err
+	}
+	var out []struct {
+		Name string `json:"name"`
+	}
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, fmt.Errorf("logs: %w", err)
+	}
+	names := make([]string, len(out))
+	for i, l := range out {
+		names[i] = l.Name
+	}
+	return names, nil
 }

@@ -9,8 +9,16 @@ import (
 //
 // Value is a JSON-like Go value: nil, bool, string, json.Number (every
 // number, in its exact decimal text, so decimal columns compare exactly),
-// []any or map[string]any. A store row with one value column gives that
-// column's value; several columns give a map from column name to value.
+// []any or map[string]any.
+//
+// Every store that reads a row as named fields (a PostgreSQL row, a JSONL,
+// CSV or HTTP object, a Redis hash) turns it into a value by one rule: the
+// fields other than the key field form a map[string]any, except that when
+// exactly one field remains, the value is that field's value. So a table
+// (key, balance), a Redis hash {balance} and a JSONL line {"key", "balance"}
+// all give the balance itself, and a derivation exports the same value for
+// each. A row with no field but its key gives an empty map. Redis "json" and
+// "string" values are values already and are used as they are.
 type Row struct {
 	Key   string
 	Value any
@@ -53,7 +61,8 @@ type PostgresConfig struct {
 	// Query returns the rows: the key column and the value columns. Either
 	// Query or Table is set.
 	Query string `yaml:"query,omitempty" json:"query,omitempty"`
-	// Table is read whole (SELECT * FROM table).
+	// Table is read whole (SELECT * FROM table); "schema.table" names a
+	// table in another schema.
 	Table string `yaml:"table,omitempty" json:"table,omitempty"`
 	// KeyColumn names the key column (default: the first column).
 	KeyColumn string `yaml:"key_column,omitempty" json:"key_column,omitempty"`
@@ -64,27 +73,32 @@ type PostgresConfig struct {
 
 // RedisConfig reads keys from Redis.
 type RedisConfig struct {
-	// Addr is host:port (default 127.0.0.1:6379).
+	// Addr is host:port (default 127.0.0.1:6379). ${VAR} in Addr,
+	// Username and Password is expanded from the environment.
 	Addr     string `yaml:"addr,omitempty" json:"addr,omitempty"`
 	DB       int    `yaml:"db,omitempty" json:"db,omitempty"`
 	Username string `yaml:"username,omitempty" json:"-"`
 	Password string `yaml:"password,omitempty" json:"-"`
-	// Pattern is the SCAN MATCH pattern, e.g. "balance:*". The derived key
-	// is the Redis key with Prefix removed.
+	// Pattern is the SCAN MATCH pattern, e.g. "balance:*" (default:
+	// Prefix followed by *). The derived key is the Redis key with Prefix
+	// removed.
 	Pattern string `yaml:"pattern" json:"pattern"`
 	Prefix  string `yaml:"prefix,omitempty" json:"prefix,omitempty"`
 	// Type is how each key holds its value: "hash" (fields are the
-	// value's fields), "json" (a string holding a JSON value) or "string"
-	// (a plain string or number). Default "json".
+	// value's fields, by the rule on Row), "json" (a string holding a
+	// JSON value) or "string" (a plain string or number). Default "json".
+	// Text that is a JSON number exactly becomes a json.Number.
 	Type string `yaml:"type,omitempty" json:"type,omitempty"`
-	// WatermarkKey, if set, names a Redis hash of log -> applied size.
+	// WatermarkKey, if set, names a Redis hash of log -> applied size. A
+	// missing hash reports no log.
 	WatermarkKey string `yaml:"watermark_key,omitempty" json:"watermark_key,omitempty"`
 }
 
 // FileConfig reads a JSONL or CSV file.
 type FileConfig struct {
 	Path string `yaml:"path" json:"path"`
-	// Format is "jsonl" or "csv" (default from the file extension).
+	// Format is "jsonl" or "csv" (default from the file extension:
+	// .jsonl, .ndjson or .csv).
 	Format string `yaml:"format,omitempty" json:"format,omitempty"`
 	// KeyField names the key field or CSV column (default "key").
 	KeyField string `yaml:"key_field,omitempty" json:"key_field,omitempty"`
@@ -94,14 +108,34 @@ type FileConfig struct {
 
 // HTTPConfig reads a JSON array or NDJSON from a URL.
 type HTTPConfig struct {
+	// URL is read with GET. ${VAR} is expanded from the environment.
 	URL string `yaml:"url" json:"url"`
 	// Format is "json" (an array of objects) or "ndjson" (default: from
 	// the Content-Type).
-	Format   string            `yaml:"format,omitempty" json:"format,omitempty"`
-	KeyField string            `yaml:"key_field,omitempty" json:"key_field,omitempty"`
-	Headers  map[string]string `yaml:"headers,omitempty" json:"-"`
+	Format string `yaml:"format,omitempty" json:"format,omitempty"`
+	// KeyField names each object's key field (default "key").
+	KeyField string `yaml:"key_field,omitempty" json:"key_field,omitempty"`
+	// Headers are sent with each request. ${VAR} in a value is expanded
+	// from the environment.
+	Headers map[string]string `yaml:"headers,omitempty" json:"-"`
 	// WatermarkURL, if set, returns a JSON object {"log": size, ...}.
 	WatermarkURL string `yaml:"watermark_url,omitempty" json:"watermark_url,omitempty"`
 	// Timeout bounds each request (default 30s).
 	Timeout Duration `yaml:"timeout,omitempty" json:"timeout,omitempty"`
+}
+
+// Kind names the configured store: postgres, redis, file or http ("" if
+// none is set).
+func (c StoreConfig) Kind() string {
+	switch {
+	case c.Postgres != nil:
+		return "postgres"
+	case c.Redis != nil:
+		return "redis"
+	case c.File != nil:
+		return "file"
+	case c.HTTP != nil:
+		return "http"
+	}
+	return ""
 }

@@ -15,6 +15,7 @@ Usage:
   auditd demo    [flags]   run the daemon on an in-process Kafka broker with sample events
   auditd keygen  [flags]   create a checkpoint signing key
   auditd prove   [flags]   verify an event's inclusion against a running server
+  auditd verify  [flags]   check derived views against the ledger once (for CI)
   auditd bench   [flags]   measure append, checkpoint and proof performance
   auditd version           print the version
 
@@ -37,6 +38,8 @@ func main() {
 		err = runDemo(args)
 	case "keygen":
 		err = runKeygen(args)
+	case "verify":
+		os.Exit(runVerify(args, os.Stdout, os.Stderr))
 	case "prove":
 		os.Exit(runProve(args, os.Stdout, os.Stderr))
 	case "bench":

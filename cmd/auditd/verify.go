@@ -1,0 +1,273 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/mod/sumdb/note"
+
+	"github.com/auditd/auditd/client"
+	"github.com/auditd/auditd/ledger"
+	"github.com/auditd/auditd/rederive"
+)
+
+// Exit codes of auditd verify.
+const (
+	exitClean        = 0
+	exitDrift        = 1
+	exitError        = 2
+	exitVerification = 3
+)
+
+func runVerify(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	config := fs.String("config", "", "derivation spec file (YAML, `derivations:`), required")
+	dataDir := fs.String("data-dir", "", "verify against the ledger in this data dir (the daemon must not be running on it)")
+	server := fs.String("server", "", "verify against a remote auditd at this URL")
+	vkey := fs.String("verifier-key", "", "checkpoint verifier key of the remote auditd (NAME+HASH+KEY), or @FILE")
+	token := fs.String("token", os.Getenv("AUDITD_READ_TOKEN"), "bearer token if the server protects reads")
+	only := fs.String("only", "", "run only these derivations (comma-separated names)")
+	jsonOut := fs.String("json", "", "write the reports as JSON to this file")
+	junitOut := fs.String("junit", "", "write a JUnit XML report to this file")
+	mdOut := fs.String("markdown", "", "write a Markdown summary (for a pull-request comment) to this file")
+	workers := fs.Int("workers", 0, "fold workers (default: the number of CPUs)")
+	timeout := fs.Duration("timeout", 30*time.Minute, "overall time limit")
+	quiet := fs.Bool("quiet", false, "no progress bar and no logs on stderr")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, `Usage: auditd verify --config FILE (--data-dir DIR | --server URL --verifier-key KEY) [flags]
+
+Runs each configured derivation once over the ledger, compares the result
+with its derived store, and reports drift with the ledger entries and
+inclusion proofs behind each wrong value. Against --server it verifies the
+checkpoints' signatures with --verifier-key and every entry it folds against
+them, trusting nothing it did not check.
+
+Exit status:
+  0  clean (pending mismatches, younger than the grace period, do not fail)
+  1  confirmed drift
+  2  configuration or runtime error (bad spec, store unreachable, ...)
+  3  ledger verification failure (a signature, leaf or proof did not check)
+
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitClean
+		}
+		return exitError
+	}
+	fail := func(code int, format string, a ...any) int {
+		fmt.Fprintf(stderr, "auditd verify: "+format+"\n", a...)
+		return code
+	}
+	if *config == "" {
+		return fail(exitError, "--config is required")
+	}
+	if (*dataDir == "") == (*server == "") {
+		return fail(exitError, "give exactly one of --data-dir and --server")
+	}
+	specs, err := rederive.LoadSpecs(*config)
+	if err != nil {
+		return fail(exitError, "%v", err)
+	}
+	var jobs []rederive.Job
+	want := map[string]bool{}
+	for _, n := range strings.Split(*only, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			want[n] = true
+		}
+	}
+	for _, s := range specs {
+		if len(want) > 0 && !want[s.Name] {
+			continue
+		}
+		delete(want, s.Name)
+		d, err := rederive.Compile(s)
+		if err != nil {
+			return fail(exitError, "%v", err)
+		}
+		jobs = append(jobs, rederive.Job{Spec: s, Derivation: d})
+	}
+	for n := range want {
+		return fail(exitError, "--only: no derivation %q in %s", n, *config)
+	}
+	if len(jobs) == 0 {
+		return fail(exitError, "%s declares no derivations", *config)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+
+	logger := slog.New(slog.DiscardHandler)
+	if !*quiet {
+		logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	var lg rederive.Ledger
+	if *server != "" {
+		key := *vkey
+		if strings.HasPrefix(key, "@") {
+			b, err := os.ReadFile(key[1:])
+			if err != nil {
+				return fail(exitError, "verifier key: %v", err)
+			}
+			key = strings.TrimSpace(string(b))
+		}
+		if key == "" {
+			return fail(exitError, "--verifier-key is required with --server: the key must come from a source you trust, not from the server")
+		}
+		v, err := note.NewVerifier(key)
+		if err != nil {
+			return fail(exitError, "verifier key: %v", err)
+		}
+		lg = &rederive.RemoteLedger{Client: client.New(strings.TrimRight(*server, "/"), v).WithToken(*token)}
+	} else {
+		store, err := openLedgerForVerify(*dataDir, logger)
+		if err != nil {
+			return fail(exitError, "%v", err)
+		}
+		defer store.Close()
+		lg = rederive.LocalLedger{Store: store}
+	}
+
+	runner := &rederive.Runner{Ledger: lg, Workers: *workers, Logger: logger}
+	bar := newProgressBar(stderr, !*quiet && isTerminal(stderr))
+	runner.Progress = bar.update
+	var reports []*rederive.Report
+	for _, j := range jobs {
+		rep, err := runner.Run(ctx, j, true)
+		bar.done()
+		if err != nil {
+			return fail(exitError, "%s: %v", j.Derivation.Name(), err)
+		}
+		reports = append(reports, rep)
+	}
+
+	if err := rederive.WriteTable(stdout, reports); err != nil {
+		return fail(exitError, "%v", err)
+	}
+	write := func(path string, f func(io.Writer) error) error {
+		if path == "" {
+			return nil
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return err
+		}
+		out, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		if err := f(out); err != nil {
+			out.Close()
+			return err
+		}
+		return out.Close()
+	}
+	if err := errors.Join(
+		write(*jsonOut, func(w io.Writer) error {
+			enc := json.NewEncoder(w)
+			enc.SetIndent("", "  ")
+			return enc.Encode(map[string]any{"reports": reports, "exit_code": exitCode(reports)})
+		}),
+		write(*junitOut, func(w io.Writer) error { return rederive.WriteJUnit(w, reports) }),
+		write(*mdOut, func(w io.Writer) error { return rederive.WriteMarkdown(w, reports) }),
+	); err != nil {
+		return fail(exitError, "writing a report: %v", err)
+	}
+	return exitCode(reports)
+}
+
+// exitCode is the most serious outcome of the reports: a verification
+// failure, then an error, then confirmed drift.
+func exitCode(reports []*rederive.Report) int {
+	code := exitClean
+	for _, r := range reports {
+		switch {
+		case r.State == rederive.StateError && r.ErrorKind == rederive.ErrKindVerification:
+			return exitVerification
+		case r.State == rederive.StateError:
+			code = exitError
+		case r.State == rederive.StateDrift && code == exitClean:
+			code = exitDrift
+		}
+	}
+	return code
+}
+
+// openLedgerForVerify opens a data dir's ledger with the key the daemon
+// generated there, for reading.
+func openLedgerForVerify(dir string, logger *slog.Logger) (*ledger.Store, error) {
+	keyFile := filepath.Join(dir, "auditd.key")
+	b, err := os.ReadFile(keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("data dir %s: %w (verify reads the daemon's key to open its ledger)", dir, err)
+	}
+	k, err := parseKey(strings.TrimSpace(string(b)))
+	if err != nil {
+		return nil, fmt.Errorf("key %s: %w", keyFile, err)
+	}
+	store, err := ledger.Open(dir, k.signer, k.verifier, ledger.WithLogger(logger))
+	if err != nil {
+		return nil, fmt.Errorf("open the ledger in %s: %w (is the daemon running on it? then use --server)", dir, err)
+	}
+	return store, nil
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// progressBar draws fold progress on a terminal.
+type progressBar struct {
+	w    io.Writer
+	on   bool
+	mu   sync.Mutex
+	last string
+}
+
+func newProgressBar(w io.Writer, on bool) *progressBar { return &progressBar{w: w, on: on} }
+
+func (p *progressBar) update(name string, done, total uint64) {
+	if !p.on || total == 0 {
+		return
+	}
+	const width = 30
+	n := int(done * width / total)
+	line := fmt.Sprintf("\r%-20s [%s%s] %5.1f%% %d/%d entries", name, strings.Repeat("=", n), strings.Repeat(" ", width-n),
+		100*float64(done)/float64(total), done, total)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if line != p.last {
+		fmt.Fprint(p.w, line)
+		p.last = line
+	}
+}
+
+func (p *progressBar) done() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.on && p.last != "" {
+		fmt.Fprint(p.w, "\n")
+		p.last = ""
+	}
+}

@@ -1,0 +1,586 @@
+package rederive
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/auditd/auditd/ledger"
+	"github.com/auditd/auditd/merkle"
+)
+
+// Run states.
+const (
+	StateClean   = "clean"   // every key matched
+	StatePending = "pending" // mismatches, none confirmed yet
+	StateDrift   = "drift"   // confirmed drift
+	StateError   = "error"   // the run could not judge the store
+)
+
+// Error kinds of a run in state error.
+const (
+	ErrKindStore        = "store"        // the derived store is down or returned malformed rows
+	ErrKindDerivation   = "derivation"   // derivation errors beyond the budget
+	ErrKindVerification = "verification" // the ledger did not check out against its checkpoints
+	ErrKindLedger       = "ledger"       // the ledger could not be read, or no log matches
+)
+
+// Limits of one report.
+const (
+	MaxReportedDrift = 1000 // drifts listed in a report (all are counted)
+	MaxLineageKeys   = 100  // drifted keys whose lineage is collected
+	maxTrackedDrift  = 100_000
+)
+
+// Job is a derivation to check: a compiled derivation and its spec (the
+// store, comparison and timeliness settings; for a derivation registered
+// from Go, a spec without expressions).
+type Job struct {
+	Spec       *Spec
+	Derivation Derivation
+}
+
+// Report is the outcome of one run of a derivation.
+type Report struct {
+	Derivation string    `json:"derivation"`
+	Mode       string    `json:"mode"` // "full" or "incremental"
+	State      string    `json:"state"`
+	ErrorKind  string    `json:"error_kind,omitempty"`
+	Error      string    `json:"error,omitempty"`
+	StartedAt  time.Time `json:"started_at"`
+	Seconds    float64   `json:"duration_seconds"`
+	// Pins are the ledger prefixes the expected values were computed at.
+	Pins []Pin `json:"pins"`
+	// Watermarks are the sizes the store reported having applied.
+	Watermarks map[string]uint64 `json:"watermarks,omitempty"`
+	Events     uint64            `json:"events_folded"`
+	Keys       int               `json:"keys"`
+	Stats      CompareStats      `json:"compare"`
+	Confirmed  int               `json:"confirmed"`
+	Pending    int               `json:"pending"`
+	// Drift lists up to MaxReportedDrift drifted keys, confirmed first.
+	Drift []DriftReport `json:"drift"`
+	// DerivationErrors counts events whose filter, key or step failed.
+	DerivationErrors int          `json:"derivation_errors"`
+	Errors           []EventError `json:"errors,omitempty"`
+	// IncrementalMismatch lists keys where a full fold disagreed with the
+	// incremental state it checked (empty when they agree).
+	IncrementalMismatch []string `json:"incremental_mismatch,omitempty"`
+}
+
+// DriftReport is one drifted key with the evidence behind its expected
+// value.
+type DriftReport struct {
+	Drift
+	// Status is "confirmed" or "pending".
+	Status string `json:"status"`
+	// Runs is how many consecutive runs have seen this key drift.
+	Runs int `json:"runs"`
+	// Newest is the newest ledger entry that contributed to the key.
+	Newest *EventRef `json:"newest_event,omitempty"`
+	// Lineage is the last entries that produced the expected value, oldest
+	// first, each with its inclusion proof in its pinned tree.
+	Lineage []Evidence `json:"lineage,omitempty"`
+}
+
+// Evidence is a ledger entry and the proof that it is in a signed tree.
+type Evidence struct {
+	EventRef
+	TreeSize uint64        `json:"tree_size"`
+	Proof    []merkle.Hash `json:"inclusion_proof"`
+}
+
+// Runner runs derivation checks against a ledger.
+type Runner struct {
+	Ledger Ledger
+	// Bucket keeps state between runs (incremental results, drift
+	// confirmation, latest reports); nil runs statelessly (auditd verify).
+	Bucket  *ledger.Bucket
+	Workers int
+	Logger  *slog.Logger
+	Metrics *Metrics
+	// Now is the clock for the grace period (default time.Now). Folds
+	// never see it.
+	Now func() time.Time
+	// Progress, if set, receives fold progress.
+	Progress func(derivation string, done, total uint64)
+}
+
+// Fingerprint identifies a spec's derivation logic: a changed source,
+// filter, key, initial or step forces a full fold.
+func Fingerprint(s *Spec) string {
+	b, _ := json.Marshal([]any{s.Name, s.Sources, s.Decode, s.Filter, s.Key, s.Initial, s.Step})
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:16])
+}
+
+// Run checks one derivation. full folds from zero; otherwise the run
+// continues from the saved result when there is one. The returned report
+// is in state error when the run could not judge the store; err is
+// reserved for a cancelled context.
+func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
+	now := time.Now
+	if r.Now != nil {
+		now = r.Now
+	}
+	logger := r.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	spec, d := job.Spec, job.Derivation
+	start := time.Now()
+	rep := &Report{Derivation: d.Name(), Mode: "full", StartedAt: now().UTC(), Drift: []DriftReport{}}
+	fail := func(kind string, err error) (*Report, error) {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		rep.State, rep.ErrorKind, rep.Error = StateError, kind, err.Error()
+		rep.Seconds = time.Since(start).Seconds()
+		r.finish(rep)
+		logger.Error("derivation run failed", "derivation", rep.Derivation, "kind", kind, "err", err)
+		return rep, nil
+	}
+
+	// Pin each source log at its latest signed checkpoint.
+	all, err := r.Ledger.Logs(ctx)
+	if err != nil {
+		return fail(ledgerKind(err), err)
+	}
+	logs := matchLogs(all, d.Sources())
+	var cps []Pin
+	for _, l := range logs {
+		p, ok, err := r.Ledger.Pin(ctx, l)
+		if err != nil {
+			return fail(ledgerKind(err), fmt.Errorf("checkpoint of %s: %w", l, err))
+		}
+		if ok {
+			cps = append(cps, p)
+		}
+	}
+	if len(cps) == 0 {
+		return fail(ErrKindLedger, fmt.Errorf("no log with a checkpoint matches the sources %v", d.Sources()))
+	}
+
+	store, err := OpenStore(ctx, spec.Store)
+	if err != nil {
+		return fail(ErrKindStore, err)
+	}
+	defer store.Close()
+	marks, hasMarks, err := store.Watermarks(ctx)
+	if err != nil {
+		return fail(ErrKindStore, fmt.Errorf("watermarks: %w", err))
+	}
+
+	// The spans to fold: up to the store's watermark when it reports one,
+	// else up to the checkpoint.
+	var spans, fullSpans []Span
+	for _, cp := range cps {
+		pin := cp
+		if hasMarks {
+			wm := marks[cp.Log]
+			if wm < cp.Size {
+				if pin, err = pinBelow(ctx, r.Ledger, cp.Log, wm, cp); err != nil {
+					return fail(ledgerKind(err), err)
+				}
+			}
+		}
+		reader := r.Ledger.Reader(cp.Log, cp)
+		spans = append(spans, Span{Reader: reader, From: 0, To: pin.Size, Pin: pin})
+	}
+	fullSpans = append(fullSpans, spans...)
+	if hasMarks {
+		rep.Watermarks = marks
+	}
+
+	opts := FoldOptions{Workers: r.Workers, ErrorBudget: spec.ErrorBudget, Fingerprint: Fingerprint(spec)}
+	if r.Progress != nil {
+		name := d.Name()
+		opts.Progress = func(done, total uint64) { r.Progress(name, done, total) }
+	}
+	var base *Result
+	if r.Bucket != nil {
+		if b, err := LoadResult(r.Bucket, d); err == nil {
+			base = b
+		} else if !errors.Is(err, ledger.ErrNotFound) {
+			logger.Warn("saved derivation state unreadable; folding from zero", "derivation", d.Name(), "err", err)
+		}
+	}
+	if base != nil && !r.continues(ctx, base, spans, opts.Fingerprint) {
+		base = nil
+	}
+	var res *Result
+	if base != nil && !full {
+		rep.Mode = "incremental"
+		inc := make([]Span, len(spans))
+		for i, s := range spans {
+			inc[i] = s
+			if p, ok := base.Pin(s.Pin.Log); ok {
+				inc[i].From = p.Size
+			}
+		}
+		res, err = Fold(ctx, d, base, inc, opts)
+	} else {
+		res, err = Fold(ctx, d, nil, spans, opts)
+		if err == nil && base != nil {
+			// Check the incremental path: continue the saved result to
+			// the same pins and compare it with the full fold.
+			rep.IncrementalMismatch = r.checkIncremental(ctx, d, base, spans, opts, res)
+		}
+	}
+	if err != nil {
+		switch {
+		case errors.Is(err, ErrBudget):
+			if res != nil {
+				rep.DerivationErrors, rep.Errors = res.ErrorCount, res.Errors
+			}
+			return fail(ErrKindDerivation, err)
+		default:
+			return fail(ledgerKind(err), err)
+		}
+	}
+	rep.Pins, rep.Events, rep.Keys = res.Pins, res.Events, len(res.States)
+	rep.DerivationErrors, rep.Errors = res.ErrorCount, res.Errors
+	if r.Bucket != nil {
+		if err := SaveResult(r.Bucket, d, res); err != nil {
+			logger.Error("derivation state not saved; the next run folds more", "derivation", d.Name(), "err", err)
+		}
+	}
+
+	expected := make(map[string]any, len(res.States))
+	for k, st := range res.States {
+		v, err := d.Export(st)
+		if err != nil {
+			return fail(ErrKindDerivation, fmt.Errorf("export the state of key %q: %w", k, err))
+		}
+		expected[k] = v
+	}
+	var drifts []Drift
+	stats, err := Compare(ctx, store, expected, spec.Compare, func(dr Drift) error {
+		drifts = append(drifts, dr)
+		return nil
+	})
+	if err != nil {
+		return fail(ErrKindStore, err)
+	}
+	rep.Stats = stats
+
+	r.classify(rep, spec, res, drifts, hasMarks, now())
+	if err := r.attachLineage(ctx, rep, spec, d, fullSpans, opts); err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if errors.Is(err, ErrVerification) {
+			return fail(ErrKindVerification, err)
+		}
+		logger.Warn("lineage not collected", "derivation", d.Name(), "err", err)
+	}
+	switch {
+	case rep.Confirmed > 0:
+		rep.State = StateDrift
+	case rep.Pending > 0:
+		rep.State = StatePending
+	default:
+		rep.State = StateClean
+	}
+	rep.Seconds = time.Since(start).Seconds()
+	r.finish(rep)
+	logger.Info("derivation checked", "derivation", rep.Derivation, "mode", rep.Mode, "state", rep.State,
+		"events", rep.Events, "keys", rep.Keys, "confirmed", rep.Confirmed, "pending", rep.Pending, "seconds", rep.Seconds)
+	return rep, nil
+}
+
+// continues reports whether base can be continued to spans: same
+// derivation logic, and every pin of base is a prefix of the new span.
+func (r *Runner) continues(ctx context.Context, base *Result, spans []Span, fp string) bool {
+	if base.Fingerprint != fp {
+		return false
+	}
+	for _, bp := range base.Pins {
+		found := false
+		for _, s := range spans {
+			if s.Pin.Log != bp.Log {
+				continue
+			}
+			found = true
+			if bp.Size > s.Pin.Size {
+				return false // the store's watermark went back: refold
+			}
+			if lg, ok := r.Ledger.(LocalLedger); ok && bp.Size > 0 {
+				l, err := lg.Store.Log(bp.Log)
+				if err != nil {
+					return false
+				}
+				root, err := l.RootAt(bp.Size)
+				if err != nil || root != bp.Root {
+					return false
+				}
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// checkIncremental folds base forward to spans and returns the keys whose
+// state differs from the full fold's (nil when they agree).
+func (r *Runner) checkIncremental(ctx context.Context, d Derivation, base *Result, spans []Span, opts FoldOptions, full *Result) []string {
+	inc := make([]Span, len(spans))
+	for i, s := range spans {
+		inc[i] = s
+		if p, ok := base.Pin(s.Pin.Log); ok {
+			inc[i].From = p.Size
+		}
+	}
+	opts.Progress = nil
+	res, err := Fold(ctx, d, base, inc, opts)
+	if err != nil {
+		return nil
+	}
+	var diff []string
+	seen := map[string]bool{}
+	for k, st := range full.States {
+		seen[k] = true
+		o, ok := res.States[k]
+		if !ok || !sameState(d, st, o) {
+			diff = append(diff, k)
+		}
+	}
+	for k := range res.States {
+		if !seen[k] {
+			diff = append(diff, k)
+		}
+	}
+	sort.Strings(diff)
+	if len(diff) > MaxReportedDrift {
+		diff = diff[:MaxReportedDrift]
+	}
+	return diff
+}
+
+func sameState(d Derivation, a, b State) bool {
+	x, err1 := d.Encode(a)
+	y, err2 := d.Encode(b)
+	return err1 == nil && err2 == nil && bytes.Equal(x, y)
+}
+
+// confirmation is what a runner remembers of a drifting key across runs.
+type confirmation struct {
+	Runs int `json:"runs"`
+}
+
+// classify sorts drifts into pending and confirmed. Without watermarks a
+// mismatch on a key whose newest event is younger than the grace period
+// is pending whatever the run count; otherwise a drift is confirmed once
+// it has persisted across ConfirmRuns runs.
+func (r *Runner) classify(rep *Report, spec *Spec, res *Result, drifts []Drift, hasMarks bool, now time.Time) {
+	prev := map[string]confirmation{}
+	key := []byte("confirm/" + rep.Derivation)
+	if r.Bucket != nil {
+		if b, err := r.Bucket.Get(key); err == nil {
+			_ = json.Unmarshal(b, &prev)
+		}
+	}
+	confirmRuns := max(spec.ConfirmRuns, 1)
+	if r.Bucket == nil {
+		confirmRuns = 1 // a single run (auditd verify) confirms at once
+	}
+	grace := time.Duration(spec.Grace)
+	next := make(map[string]confirmation, len(drifts))
+	var confirmed, pending []DriftReport
+	for _, dr := range drifts {
+		c := confirmation{Runs: prev[dr.Key].Runs + 1}
+		if len(next) < maxTrackedDrift {
+			next[dr.Key] = c
+		}
+		out := DriftReport{Drift: dr, Runs: c.Runs, Status: "pending"}
+		if ref, ok := res.Newest[dr.Key]; ok {
+			ref := ref
+			out.Newest = &ref
+		}
+		young := !hasMarks && out.Newest != nil && now.Sub(out.Newest.Time) < grace
+		if !young && c.Runs >= confirmRuns {
+			out.Status = "confirmed"
+			confirmed = append(confirmed, out)
+		} else {
+			pending = append(pending, out)
+		}
+	}
+	rep.Confirmed, rep.Pending = len(confirmed), len(pending)
+	byKey := func(s []DriftReport) {
+		sort.Slice(s, func(i, j int) bool { return s[i].Key < s[j].Key })
+	}
+	byKey(confirmed)
+	byKey(pending)
+	rep.Drift = append(confirmed, pending...)
+	if len(rep.Drift) > MaxReportedDrift {
+		rep.Drift = rep.Drift[:MaxReportedDrift]
+	}
+	if r.Bucket != nil {
+		b, _ := json.Marshal(next)
+		if err := r.Bucket.Set(key, b); err != nil && r.Logger != nil {
+			r.Logger.Warn("drift confirmation state not saved", "derivation", rep.Derivation, "err", err)
+		}
+	}
+}
+
+// attachLineage collects, for the reported drifted keys, the last entries
+// that produced their expected values, each with its inclusion proof.
+func (r *Runner) attachLineage(ctx context.Context, rep *Report, spec *Spec, d Derivation, spans []Span, opts FoldOptions) error {
+	n := spec.Lineage
+	if n <= 0 || len(rep.Drift) == 0 {
+		return nil
+	}
+	keys := map[string]bool{}
+	for _, dr := range rep.Drift {
+		if dr.Kind == DriftExtra {
+			continue // nothing derives it: no lineage
+		}
+		if len(keys) == MaxLineageKeys {
+			break
+		}
+		keys[dr.Key] = true
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	opts.Progress = nil
+	lin, err := Lineage(ctx, d, spans, keys, n, opts)
+	if err != nil {
+		return err
+	}
+	pins := map[string]Pin{}
+	for _, s := range spans {
+		pins[s.Pin.Log] = s.Pin
+	}
+	cps := map[string]Pin{}
+	for i := range rep.Drift {
+		dr := &rep.Drift[i]
+		for _, ref := range lin[dr.Key] {
+			p := pins[ref.Log]
+			// Prove against the signed checkpoint the span was read under
+			// when the pin is a watermark below it.
+			proveAt := p
+			if p.Root == (merkle.Hash{}) {
+				cp, ok := cps[ref.Log]
+				if !ok {
+					var err error
+					if cp, _, err = r.Ledger.Pin(ctx, ref.Log); err != nil {
+						return err
+					}
+					cps[ref.Log] = cp
+				}
+				proveAt = cp
+			}
+			proof, err := r.Ledger.Prove(ctx, ref.Log, ref.Index, proveAt)
+			if err != nil {
+				return err
+			}
+			dr.Lineage = append(dr.Lineage, Evidence{EventRef: ref, TreeSize: proveAt.Size, Proof: proof})
+		}
+	}
+	return nil
+}
+
+// finish records the run's metrics and, in the daemon, its report.
+func (r *Runner) finish(rep *Report) {
+	if m := r.Metrics; m != nil {
+		m.observe(rep)
+	}
+	if r.Bucket != nil {
+		if b, err := json.Marshal(rep); err == nil {
+			_ = r.Bucket.Set([]byte("report/"+rep.Derivation), b)
+		}
+	}
+}
+
+// LatestReport returns the saved report of a derivation's latest run.
+func LatestReport(b *ledger.Bucket, name string) (*Report, error) {
+	v, err := b.Get([]byte("report/" + name))
+	if err != nil {
+		return nil, err
+	}
+	var rep Report
+	if err := json.Unmarshal(v, &rep); err != nil {
+		return nil, err
+	}
+	return &rep, nil
+}
+
+func ledgerKind(err error) string {
+	if errors.Is(err, ErrVerification) {
+		return ErrKindVerification
+	}
+	return ErrKindLedger
+}
+
+// Metrics are the runner's Prometheus collectors, labelled by derivation
+// name only.
+type Metrics struct {
+	runs      *prometheus.CounterVec
+	duration  *prometheus.HistogramVec
+	events    *prometheus.CounterVec
+	keys      *prometheus.CounterVec
+	drift     *prometheus.GaugeVec
+	pending   *prometheus.GaugeVec
+	storeErrs *prometheus.CounterVec
+	derivErrs *prometheus.CounterVec
+	lastRun   *prometheus.GaugeVec
+}
+
+// NewMetrics returns the runner's collectors.
+func NewMetrics() *Metrics {
+	l := []string{"derivation"}
+	return &Metrics{
+		runs:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "derivation_runs_total", Help: "Derivation runs by outcome state (clean, pending, drift, error)."}, []string{"derivation", "state"}),
+		duration:  prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "derivation_run_duration_seconds", Help: "Duration of derivation runs.", Buckets: prometheus.ExponentialBuckets(0.01, 3, 10)}, l),
+		events:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "derivation_events_folded_total", Help: "Ledger entries folded by derivation runs."}, l),
+		keys:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "derivation_keys_compared_total", Help: "Keys compared with the derived store."}, l),
+		drift:     prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "derivation_drift_keys", Help: "Confirmed drifted keys in the latest run, by kind (missing, extra, mismatch)."}, []string{"derivation", "kind"}),
+		pending:   prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "derivation_pending_keys", Help: "Mismatched keys not confirmed yet (young or not repeated) in the latest run."}, l),
+		storeErrs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "derivation_store_errors_total", Help: "Runs that failed on the derived store (down, malformed rows)."}, l),
+		derivErrs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "derivation_event_errors_total", Help: "Events whose filter, key or step failed."}, l),
+		lastRun:   prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "derivation_last_run_timestamp_seconds", Help: "When the latest run of the derivation finished."}, l),
+	}
+}
+
+// Collectors returns the collectors to register.
+func (m *Metrics) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.runs, m.duration, m.events, m.keys, m.drift, m.pending, m.storeErrs, m.derivErrs, m.lastRun}
+}
+
+func (m *Metrics) observe(rep *Report) {
+	name := rep.Derivation
+	m.runs.WithLabelValues(name, rep.State).Inc()
+	m.duration.WithLabelValues(name).Observe(rep.Seconds)
+	m.events.WithLabelValues(name).Add(float64(rep.Events))
+	m.keys.WithLabelValues(name).Add(float64(rep.Stats.Keys))
+	m.derivErrs.WithLabelValues(name).Add(float64(rep.DerivationErrors))
+	m.lastRun.WithLabelValues(name).SetToCurrentTime()
+	if rep.State == StateError {
+		if rep.ErrorKind == ErrKindStore {
+			m.storeErrs.WithLabelValues(name).Inc()
+		}
+		return
+	}
+	counts := map[DriftKind]int{DriftMissing: 0, DriftExtra: 0, DriftMismatch: 0}
+	for _, dr := range rep.Drift {
+		if dr.Status == "confirmed" {
+			counts[dr.Kind]++
+		}
+	}
+	for k, n := range counts {
+		m.drift.WithLabelValues(name, string(k)).Set(float64(n))
+	}
+	m.pending.WithLabelValues(name).Set(float64(rep.Pending))
+}

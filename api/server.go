@@ -15,6 +15,7 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/auditd/auditd/alert"
 	"github.com/auditd/auditd/ingest"
 	"github.com/auditd/auditd/ledger"
 )
@@ -43,6 +44,15 @@ type Options struct {
 	// Metrics serves /metrics, if set.
 	Metrics http.Handler
 	Logger  *slog.Logger
+	// Alerts serves /v1/alerts, if set (see alertRoutes); without it
+	// those routes answer 404.
+	Alerts *alert.Manager
+	// SourceStatus, if set, reports how a log is fed (a Kafka partition's
+	// position, gaps, conflicts and lag), shown by GET /v1/logs/{log}.
+	SourceStatus func(log string) (any, bool)
+	// Ready, if set, is asked by /readyz: an error means not ready (for
+	// example a Kafka source that cannot reach its brokers).
+	Ready func() error
 }
 
 // Server serves the API for one store.
@@ -118,6 +128,7 @@ func (s *Server) routes() http.Handler {
 	r.Route("/v1", func(r chi.Router) {
 		r.With(s.auth(false)).Get("/verifier", s.getVerifier)
 		r.With(s.auth(false)).Get("/logs", s.listLogs)
+		r.With(s.auth(false)).Route("/alerts", s.alertRoutes)
 		r.Route("/logs/{log}", func(r chi.Router) {
 			r.With(s.auth(true)).Post("/entries", s.postEntries)
 			r.Group(func(r chi.Router) {
@@ -208,6 +219,12 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if len(failed) > 0 {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not ready", "failed_logs": failed})
 		return
+	}
+	if s.opts.Ready != nil {
+		if err := s.opts.Ready(); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not ready", "error": err.Error()})
+			return
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }

@@ -174,7 +174,11 @@ func NewKafka(store *ledger.Store, cfg KafkaConfig, logger *slog.Logger) (*Kafka
 		kgo.FetchIsolationLevel(kgo.ReadUncommitted()),
 		kgo.FetchMaxBytes(cfg.FetchMaxBytes),
 		kgo.MaxConcurrentFetches(4),
-		kgo.DisableAutoCommit(),
+		// Only marked offsets are committed: append marks a partition's
+		// records once they are durable in its log, so the group's offset
+		// follows the ledger. (With DisableAutoCommit, MarkCommitRecords
+		// and CommitMarkedOffsets do nothing.)
+		kgo.AutoCommitMarks(),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.AdjustFetchOffsetsFn(k.adjustOffsets),
 		kgo.OnPartitionsRevoked(k.revoked),
@@ -579,21 +583,29 @@ func (p *partition) append(recs []*kgo.Record) error {
 	if last == nil && len(pos.Conflicted) == len(p.pos.Conflicted) && pos.Conflicts == p.pos.Conflicts {
 		return nil
 	}
+	var tries map[int]int // by entry: the fallback ids tried
 	for attempt := 0; ; attempt++ {
 		_, err := p.log.AppendSource(ctx, entries, pos.encode())
 		var ce *ledger.ConflictError
-		if errors.As(err, &ce) && attempt <= len(entries) {
-			// The producer's id is taken by an earlier record of the
-			// partition (a producer retry, a reused id): ledger this record
-			// under its position instead, marked. Deterministic: it depends
-			// only on the partition's earlier records.
+		if errors.As(err, &ce) && attempt <= 2*len(entries)+maxFallbackIDs {
+			// The id is taken by an earlier record of the partition (a
+			// producer retry, a reused id): ledger this record under its
+			// position instead, marked. If a producer took that id too,
+			// number it. Deterministic: it depends only on the partition's
+			// earlier records.
 			e := &entries[ce.Item]
-			if e.Marks&merkle.MarkDuplicateID != 0 {
+			if tries == nil {
+				tries = map[int]int{}
+			}
+			if tries[ce.Item] == 0 {
+				e.Marks |= merkle.MarkDuplicateID
+				p.k.m.dupIDs.WithLabelValues(p.name).Inc()
+			}
+			id, ok := fallbackID(e, &tries, ce.Item)
+			if !ok {
 				return err
 			}
-			e.ID = positionID(e.Source)
-			e.Marks |= merkle.MarkDuplicateID
-			p.k.m.dupIDs.WithLabelValues(p.name).Inc()
+			e.ID = id
 			continue
 		}
 		if err != nil {
@@ -630,7 +642,9 @@ func (p *partition) checkRedelivered(r *kgo.Record, pos *Position) error {
 	}
 	e := p.k.entry(r)
 	if rec.Leaf.Marks&merkle.MarkDuplicateID != 0 {
-		e.ID = positionID(e.Source)
+		// The id was chosen when the record was first ledgered, from the
+		// ids of the records before it; the rest of the leaf is compared.
+		e.ID = rec.Leaf.ID
 		e.Marks |= merkle.MarkDuplicateID
 	}
 	if leafOf(p.name, &e) == rec.LeafHash {
@@ -718,6 +732,29 @@ func (k *Kafka) entry(r *kgo.Record) ledger.Entry {
 		k.m.flagged.Inc()
 	}
 	return e
+}
+
+// maxFallbackIDs bounds the numbered ids fallbackID tries for one record.
+const maxFallbackIDs = 16
+
+// fallbackID returns the next id to try for entry i, whose id is taken:
+// its position id, then the position id numbered "#1", "#2"..., skipping
+// the id it has now.
+func fallbackID(e *ledger.Entry, tries *map[int]int, i int) (string, bool) {
+	for {
+		n := (*tries)[i]
+		if n > maxFallbackIDs {
+			return "", false
+		}
+		(*tries)[i] = n + 1
+		id := positionID(e.Source)
+		if n > 0 {
+			id += "#" + strconv.Itoa(n)
+		}
+		if id != e.ID {
+			return id, true
+		}
+	}
 }
 
 // positionID is the id of a record whose producer gave none.

@@ -1,0 +1,664 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/auditd/auditd/ingest"
+	"github.com/auditd/auditd/ledger"
+	"github.com/auditd/auditd/merkle"
+)
+
+// TestKafkaCrashRecovery fills a Kafka-protocol broker (kfake, in this
+// process, on loopback), runs the daemon binary consuming it, kills it with
+// SIGKILL at random moments of the consumption, restarts it on the same data
+// directory each time and lets it finish. With the daemon stopped it opens
+// the ledger and checks that every offset of every partition is ledgered
+// exactly once (entry i of payments.p is offset i), that each entry is the
+// record the producer sent, and that every root, at every size, equals that
+// of a reference run that consumed the same partitions without a crash.
+//
+// Each restart joins a new consumer group. A SIGKILLed member stays in its
+// group until its session times out (45 s, franz-go's default), and the
+// group cannot rebalance its partitions to the restarted daemon before that;
+// a new group is assigned at once. It also shows that consumption resumes
+// from the ledger's position: the new group has no committed offsets.
+func TestKafkaCrashRecovery(t *testing.T) {
+	records, kills := 100_000, 12
+	if testing.Short() {
+		records, kills = 20_000, 4
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 0xcafe))
+	t.Logf("seed %d: %d records, %d kills", seed, records, kills)
+
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "payments"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	broker := cluster.ListenAddrs()[0]
+
+	var bin string
+	built := make(chan struct{})
+	binDir := t.TempDir()
+	go func() {
+		defer close(built)
+		bin = buildDaemonQuiet(ctx, binDir)
+	}()
+	start := time.Now()
+	want, hwm := fillPayments(t, ctx, broker, records, rng.Uint64())
+	t.Logf("produced %d records in %v; high watermarks %v", records, time.Since(start).Round(time.Millisecond), hwm)
+	<-built
+	if bin == "" {
+		bin = buildDaemon(t, ctx) // again, to report the error
+	}
+
+	h := &kafkaCrashHarness{t: t, bin: bin, broker: broker, hwm: hwm}
+	t.Cleanup(h.cleanup)
+	crashDir := filepath.Join(t.TempDir(), "crash")
+	var total int64
+	for _, n := range hwm {
+		total += n
+	}
+
+	for run := 0; run < kills; run++ {
+		d := h.start(ctx, run, crashDir, fmt.Sprintf("auditd-crash-%d", run))
+		sizes := h.sizes(ctx, d)
+		before := sum(sizes)
+		// Kill at a random moment: now and then in the first few hundred
+		// milliseconds (group join, offset adjustment, first fetches),
+		// otherwise once a random share of the rest has been ledgered.
+		var how string
+		if rng.IntN(4) == 0 {
+			delay := time.Duration(rng.IntN(300)) * time.Millisecond
+			time.Sleep(delay)
+			how = fmt.Sprintf("after %v", delay)
+		} else {
+			left := total - before
+			step := int64(float64(left) / float64(kills-run+1) * (0.3 + 1.4*rng.Float64()))
+			target := before + max(step, 1)
+			how = fmt.Sprintf("at %d entries", target)
+			deadline := time.Now().Add(20 * time.Second)
+			for sum(h.sizes(ctx, d)) < target && time.Now().Before(deadline) {
+				time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
+			}
+		}
+		m := h.scrape(ctx, d)
+		d.kill()
+		h.dead = append(h.dead, d)
+		h.cur = nil
+		t.Logf("run %d: from %d entries, SIGKILL %s (%s); resumed at %s; redelivered %v, conflicts %v",
+			run, before, how, d.exitStatus(), h.fromOffsets(d), m["auditd_kafka_redelivered_records_total"], m["auditd_kafka_offset_conflicts_total"])
+		if m["auditd_kafka_redelivered_records_total"] != 0 || m["auditd_kafka_offset_conflicts_total"] != 0 {
+			t.Errorf("run %d: a restart re-read offsets the ledger holds: it should resume from the ledger's position", run)
+		}
+	}
+
+	// The last run finishes; its group offsets must end at the watermarks.
+	finalGroup := fmt.Sprintf("auditd-crash-%d", kills)
+	d := h.start(ctx, kills, crashDir, finalGroup)
+	h.finish(ctx, d)
+	t.Logf("run %d: resumed at %s and finished", kills, h.fromOffsets(d))
+	h.checkGroupOffsets(ctx, finalGroup)
+
+	refDir := filepath.Join(t.TempDir(), "reference")
+	start = time.Now()
+	ref := h.start(ctx, -1, refDir, "auditd-reference")
+	h.finish(ctx, ref)
+	t.Logf("reference run: %d records in %v without a crash", total, time.Since(start).Round(time.Millisecond))
+	if t.Failed() {
+		t.FailNow()
+	}
+	checkKafkaLedgers(t, ctx, crashDir, refDir, want, hwm)
+}
+
+// buildDaemonQuiet is buildDaemon for a goroutine: "" on failure.
+func buildDaemonQuiet(ctx context.Context, dir string) string {
+	bin := filepath.Join(dir, "auditd")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/auditd/auditd/cmd/auditd")
+	if err := cmd.Run(); err != nil {
+		return ""
+	}
+	return bin
+}
+
+// wantRecord is what the ledger must hold for one produced record.
+type wantRecord struct {
+	id      string
+	key     []byte
+	time    time.Time
+	headers []merkle.Header
+	value   []byte
+	marks   uint8
+}
+
+// fillPayments produces n payment records to the payments topic: JSON values
+// of about 200 bytes, keyed by account, most with an id header; a few with
+// no key, no id, an empty id, an id an earlier record of the partition
+// took, an empty value, text that is not JSON, or bytes that are not UTF-8.
+// It returns what each partition's log must hold, by offset, and the
+// partitions' high watermarks.
+func fillPayments(t *testing.T, ctx context.Context, broker string, n int, seed uint64) ([][]wantRecord, []int64) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.DefaultProduceTopic("payments"),
+		kgo.MaxBufferedRecords(100_000), kgo.ProducerLinger(5*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	rng := rand.New(rand.NewPCG(seed, 1))
+	base := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	byKey := map[string][]string{} // ids given to each key, for reuse
+	type produced struct {
+		rec  *kgo.Record
+		part int32
+		off  int64
+	}
+	out := make([]produced, n)
+	var mu sync.Mutex
+	var firstErr error
+	var wg sync.WaitGroup
+	for i := range n {
+		acct := rng.IntN(500)
+		r := &kgo.Record{Timestamp: base.Add(time.Duration(i) * time.Millisecond)}
+		key := "acct-" + strconv.Itoa(acct)
+		if rng.IntN(50) != 0 {
+			r.Key = []byte(key)
+		}
+		id := fmt.Sprintf("pay-%07d", i)
+		switch x := rng.IntN(200); {
+		case x < 10: // no id header
+			id = ""
+		case x < 12:
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: "id", Value: []byte{}})
+			id = ""
+		case x < 14 && r.Key != nil && len(byKey[key]) > 0: // a producer retry's id
+			id = byKey[key][rng.IntN(len(byKey[key]))]
+		}
+		if id != "" {
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: "id", Value: []byte(id)})
+			if r.Key != nil {
+				byKey[key] = append(byKey[key], id)
+			}
+		}
+		if rng.IntN(3) == 0 {
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: "trace", Value: fmt.Appendf(nil, "%016x", rng.Uint64())})
+		}
+		switch x := rng.IntN(200); {
+		case x == 0:
+			r.Value = nil
+		case x == 1:
+			r.Value = []byte("plain text, not json " + strconv.Itoa(i))
+		case x == 2:
+			r.Value = []byte{0xff, 0xfe, 'x', byte(i)}
+		default:
+			v := fmt.Appendf(nil, `{"n":%d,"type":"transfer","from":"acct-%d","to":"acct-%d","amount":%d,"currency":"EUR","memo":"`,
+				i, acct, rng.IntN(500), 1+rng.IntN(100_000))
+			for len(v) < 198 {
+				v = append(v, alnum[rng.IntN(len(alnum))])
+			}
+			r.Value = append(v, '"', '}')
+		}
+		wg.Add(1)
+		cl.Produce(ctx, r, func(r *kgo.Record, err error) {
+			defer wg.Done()
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && firstErr == nil {
+				firstErr = err
+			}
+			out[i] = produced{rec: r, part: r.Partition, off: r.Offset}
+		})
+	}
+	wg.Wait()
+	if firstErr != nil {
+		t.Fatalf("produce: %v", firstErr)
+	}
+	adm := kadm.NewClient(cl)
+	ends, err := adm.ListEndOffsets(ctx, "payments")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hwm := make([]int64, 4)
+	ends.Each(func(o kadm.ListedOffset) { hwm[o.Partition] = o.Offset })
+	want := make([][]wantRecord, 4)
+	for p := range want {
+		want[p] = make([]wantRecord, hwm[p])
+	}
+	for _, pr := range out {
+		if pr.part < 0 || pr.part > 3 || pr.off < 0 || pr.off >= hwm[pr.part] {
+			t.Fatalf("record produced to partition %d offset %d, outside the watermarks %v", pr.part, pr.off, hwm)
+		}
+		want[pr.part][pr.off] = wantOf(pr.rec)
+	}
+	// The id a record gets depends on the records before it in its
+	// partition: a taken id is replaced by the position.
+	for p, ws := range want {
+		taken := map[string]bool{}
+		for off := range ws {
+			w := &ws[off]
+			pos := fmt.Sprintf("payments/%d/%d", p, off)
+			if w.id == "" {
+				w.id = pos
+			} else if taken[w.id] {
+				w.id = pos
+				w.marks |= merkle.MarkDuplicateID
+			}
+			taken[w.id] = true
+		}
+	}
+	return want, hwm
+}
+
+// wantOf is the entry a record must become, except that its id is the
+// header's (or "" when the position must stand in).
+func wantOf(r *kgo.Record) wantRecord {
+	w := wantRecord{key: r.Key, time: r.Timestamp, value: r.Value}
+	for _, h := range r.Headers {
+		if h.Key == "id" && w.id == "" && len(h.Value) > 0 {
+			w.id = string(h.Value)
+		}
+		w.headers = append(w.headers, merkle.Header{Key: h.Key, Value: h.Value})
+	}
+	switch {
+	case len(r.Value) == 0:
+		w.marks = merkle.MarkEmpty | merkle.MarkNotJSON
+	case !utf8.Valid(r.Value):
+		w.marks = merkle.MarkNotUTF8 | merkle.MarkNotJSON
+	case r.Value[0] != '{':
+		w.marks = merkle.MarkNotJSON
+	}
+	return w
+}
+
+type kafkaCrashHarness struct {
+	t      *testing.T
+	bin    string
+	broker string
+	hwm    []int64
+	cur    *daemon
+	dead   []*daemon
+}
+
+func (h *kafkaCrashHarness) cleanup() {
+	if h.cur != nil {
+		h.cur.kill()
+		h.dead = append(h.dead, h.cur)
+	}
+	if !h.t.Failed() {
+		return
+	}
+	for _, d := range h.dead[max(0, len(h.dead)-3):] {
+		ls := d.stderr.lines()
+		h.t.Logf("stderr tail of daemon run %d (%s):\n%s", d.run, d.exitStatus(), strings.Join(ls[max(0, len(ls)-40):], "\n"))
+	}
+}
+
+// start runs the daemon on dataDir consuming payments in group and waits
+// until it serves.
+func (h *kafkaCrashHarness) start(ctx context.Context, run int, dataDir, group string) *daemon {
+	h.t.Helper()
+	d, err := startDaemonArgs(ctx, h.bin, run, "serve", "--data-dir", dataDir, "--listen", "127.0.0.1:0",
+		"--checkpoint-interval", "20ms", "--log-format", "text",
+		"--kafka-brokers", h.broker, "--kafka-topics", "payments", "--kafka-group", group)
+	if d != nil {
+		h.cur = d
+	}
+	if err != nil {
+		h.t.Fatalf("run %d: daemon did not start on the data dir the previous run left: %v", run, err)
+	}
+	return d
+}
+
+// sizes returns the payments logs' sizes (missing logs: 0).
+func (h *kafkaCrashHarness) sizes(ctx context.Context, d *daemon) []int64 {
+	var logs []struct {
+		Name string `json:"name"`
+		Size int64  `json:"size"`
+	}
+	out := make([]int64, len(h.hwm))
+	if err := d.getJSON(ctx, "/v1/logs", &logs); err != nil {
+		return out
+	}
+	for _, l := range logs {
+		if p, ok := strings.CutPrefix(l.Name, "payments."); ok {
+			if i, err := strconv.Atoi(p); err == nil && i >= 0 && i < len(out) {
+				out[i] = l.Size
+			}
+		}
+	}
+	return out
+}
+
+func sum(xs []int64) int64 {
+	var s int64
+	for _, x := range xs {
+		s += x
+	}
+	return s
+}
+
+// finish waits until every partition's log reaches its high watermark,
+// checks what GET /v1/logs/{log} and /readyz say, and stops the daemon
+// with SIGTERM.
+func (h *kafkaCrashHarness) finish(ctx context.Context, d *daemon) {
+	t := h.t
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		s := h.sizes(ctx, d)
+		if slicesEqual(s, h.hwm) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run %d: logs at sizes %v after 60s; the partitions end at %v", d.run, s, h.hwm)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for p, end := range h.hwm {
+		// The status follows the ledger; the watermark comes with the next
+		// fetch, so give it a moment.
+		var st struct {
+			Source *ingest.Status `json:"source"`
+		}
+		name := ingest.LogName("payments", int32(p))
+		for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
+			if err := d.getJSON(ctx, "/v1/logs/"+name, &st); err != nil {
+				t.Fatal(err)
+			}
+			if st.Source != nil && st.Source.HighWatermark == end || time.Since(start) > 10*time.Second {
+				break
+			}
+		}
+		s := st.Source
+		switch {
+		case s == nil:
+			t.Errorf("run %d: GET /v1/logs/%s has no source", d.run, name)
+		case s.Topic != "payments" || s.Partition != int32(p) || s.Next != end || s.LastOffset != end-1 || !s.Assigned ||
+			s.HighWatermark != end || s.Lag != 0 || s.GapOffsets != 0 || s.Conflicts != 0:
+			t.Errorf("run %d: GET /v1/logs/%s source %+v; want payments/%d next %d, assigned, lag 0, no gaps or conflicts", d.run, name, *s, p, end)
+		}
+	}
+	if code, body, err := d.get(ctx, "/readyz"); err != nil || code != http.StatusOK {
+		t.Errorf("run %d: /readyz: %d %v %s", d.run, code, err, body)
+	}
+	if err := d.stop(ctx); err != nil {
+		t.Errorf("run %d: SIGTERM: %v", d.run, err)
+	}
+	h.dead = append(h.dead, d)
+	h.cur = nil
+}
+
+func slicesEqual(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// checkGroupOffsets checks that the group's committed offsets are the
+// partitions' ends: offsets are committed after the ledger write and at
+// shutdown.
+func (h *kafkaCrashHarness) checkGroupOffsets(ctx context.Context, group string) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(h.broker))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer cl.Close()
+	offs, err := kadm.NewClient(cl).FetchOffsets(ctx, group)
+	if err != nil {
+		h.t.Fatalf("group %s offsets: %v", group, err)
+	}
+	for p, end := range h.hwm {
+		o, ok := offs.Lookup("payments", int32(p))
+		if !ok || o.At != end {
+			h.t.Errorf("group %s: committed offset of payments/%d is %d (found %v), want %d", group, p, o.At, ok, end)
+		}
+	}
+}
+
+var metricLine = regexp.MustCompile(`^(auditd_kafka_[a-z_]+)(\{[^}]*\})? ([0-9.e+-]+)$`)
+
+// scrape sums the daemon's auditd_kafka_* metrics over their labels.
+func (h *kafkaCrashHarness) scrape(ctx context.Context, d *daemon) map[string]float64 {
+	out := map[string]float64{}
+	_, body, err := d.get(ctx, "/metrics")
+	if err != nil {
+		return out
+	}
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	for sc.Scan() {
+		if m := metricLine.FindStringSubmatch(sc.Text()); m != nil {
+			v, _ := strconv.ParseFloat(m[3], 64)
+			out[m[1]] += v
+		}
+	}
+	return out
+}
+
+var assignedLine = regexp.MustCompile(`msg="kafka partition assigned" log=(payments\.[0-9]+) from_offset=([0-9]+)`)
+
+// fromOffsets lists the offsets a run started its partitions at.
+func (h *kafkaCrashHarness) fromOffsets(d *daemon) string {
+	var parts []string
+	for _, l := range d.stderr.lines() {
+		if m := assignedLine.FindStringSubmatch(l); m != nil {
+			parts = append(parts, m[1]+"@"+m[2])
+		}
+	}
+	if len(parts) == 0 {
+		return "(no partition assigned yet)"
+	}
+	return strings.Join(parts, " ")
+}
+
+// startDaemonArgs is startDaemon with the daemon's arguments given.
+func startDaemonArgs(ctx context.Context, bin string, run int, args ...string) (*daemon, error) {
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout = io.Discard
+	pipe, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	d := &daemon{
+		run: run, cmd: cmd, stderr: &lineBuffer{}, exited: make(chan struct{}),
+		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}, Timeout: 20 * time.Second},
+	}
+	addr := make(chan string, 1)
+	go func() {
+		br := bufio.NewReader(pipe)
+		for {
+			line, err := br.ReadString('\n')
+			if line != "" {
+				line = strings.TrimRight(line, "\n")
+				d.stderr.add(line)
+				if m := servingAddr.FindStringSubmatch(line); m != nil {
+					select {
+					case addr <- m[1]:
+					default:
+					}
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		d.err = cmd.Wait()
+		close(d.exited)
+	}()
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	select {
+	case d.url = <-addr:
+		return d, nil
+	case <-d.exited:
+		return d, fmt.Errorf("exited before serving: %v", d.err)
+	case <-sctx.Done():
+		d.kill()
+		return d, fmt.Errorf("not serving after 30s: %w", sctx.Err())
+	}
+}
+
+// checkKafkaLedgers opens both data directories with the ledger package and
+// compares each partition's log with what was produced and with the
+// reference, entry by entry and root by root.
+func checkKafkaLedgers(t *testing.T, ctx context.Context, crashDir, refDir string, want [][]wantRecord, hwm []int64) {
+	crash, ref := openLedger(t, crashDir), openLedger(t, refDir)
+	for p := range hwm {
+		name := ingest.LogName("payments", int32(p))
+		cl, err := crash.Log(name)
+		if err != nil {
+			t.Fatalf("crash run: %v", err)
+		}
+		rl, err := ref.Log(name)
+		if err != nil {
+			t.Fatalf("reference run: %v", err)
+		}
+		size := uint64(hwm[p])
+		if cl.Size() != size || rl.Size() != size {
+			t.Errorf("%s: size %d after the crashes, %d in the reference; the partition holds %d records", name, cl.Size(), rl.Size(), size)
+			continue
+		}
+		pos, err := ingest.DecodePosition(cl.SourcePosition())
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if pos.Next != hwm[p] || pos.GapOffsets != 0 || pos.Conflicts != 0 {
+			t.Errorf("%s: recorded position %+v; want next %d, no gaps, no conflicts", name, *pos, hwm[p])
+		}
+		bad := 0
+		var flagged, dupIDs int
+		for i := range size {
+			c, err := cl.Entry(i)
+			if err != nil {
+				t.Fatalf("%s: entry %d: %v", name, i, err)
+			}
+			r, err := rl.Entry(i)
+			if err != nil {
+				t.Fatalf("%s reference: entry %d: %v", name, i, err)
+			}
+			if msg := entryMismatch(c, name, int32(p), want[p][i]); msg != "" {
+				if bad++; bad <= 10 {
+					t.Errorf("%s: entry %d: %s", name, i, msg)
+				}
+			}
+			if c.LeafHash != r.LeafHash {
+				if bad++; bad <= 10 {
+					t.Errorf("%s: entry %d has leaf %s after the crashes, %s in the reference", name, i, c.LeafHash, r.LeafHash)
+				}
+			}
+			if c.Leaf.Marks != 0 {
+				flagged++
+			}
+			if c.Leaf.Marks&merkle.MarkDuplicateID != 0 {
+				dupIDs++
+			}
+		}
+		if bad > 0 {
+			t.Errorf("%s: %d of %d entries wrong", name, bad, size)
+			continue
+		}
+		// Equal leaves make equal roots, but the stored tiles are what
+		// proofs are served from: compare the roots at every size.
+		for n := uint64(1); n <= size; n++ {
+			a, err := cl.RootAt(n)
+			if err != nil {
+				t.Fatalf("%s: root at %d: %v", name, n, err)
+			}
+			b, err := rl.RootAt(n)
+			if err != nil {
+				t.Fatalf("%s reference: root at %d: %v", name, n, err)
+			}
+			if a != b {
+				t.Fatalf("%s: root at size %d is %s after the crashes, %s in the reference", name, n, a, b)
+			}
+		}
+		// Every checkpoint signed before, between and after the kills is
+		// over the reference's tree.
+		cps, err := cl.Checkpoints(0, size, 100_000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cp := range cps {
+			if r, err := rl.RootAt(cp.Size); err != nil || r != cp.Root {
+				t.Errorf("%s: checkpoint at size %d has root %s; the reference's tree at that size %s (%v)", name, cp.Size, cp.Root, r, err)
+			}
+		}
+		t.Logf("%s: %d entries, offsets 0..%d each once, %d marked (%d duplicate ids), roots equal at all sizes, %d checkpoints signed across the kills over the reference's tree",
+			name, size, size-1, flagged, dupIDs, len(cps))
+	}
+}
+
+// entryMismatch describes how rec differs from what record w of the
+// partition must have become, or returns "".
+func entryMismatch(rec *ledger.Record, log string, part int32, w wantRecord) string {
+	l := &rec.Leaf
+	s := l.Source
+	switch {
+	case s == nil || s.Topic != "payments" || s.Partition != part || uint64(s.Offset) != rec.Index:
+		return fmt.Sprintf("source %+v", s)
+	case l.Log != log || l.ID != w.id:
+		return fmt.Sprintf("log %q id %q, want %q %q", l.Log, l.ID, log, w.id)
+	case l.HasKey != (w.key != nil) || !bytes.Equal(l.Key, w.key):
+		return fmt.Sprintf("key %q (has %v), want %q", l.Key, l.HasKey, w.key)
+	case l.Time != w.time.UnixNano() || l.TimeAssigned:
+		return fmt.Sprintf("time %d (assigned %v), want %d", l.Time, l.TimeAssigned, w.time.UnixNano())
+	case l.Marks != w.marks:
+		return fmt.Sprintf("marks %v, want %v", merkle.MarkNames(l.Marks), merkle.MarkNames(w.marks))
+	case l.PayloadSHA256 != sha256.Sum256(w.value) || !bytes.Equal(rec.Payload, w.value):
+		return fmt.Sprintf("payload %.60q, want %.60q", rec.Payload, w.value)
+	case len(l.Headers) != len(w.headers):
+		return fmt.Sprintf("%d headers, want %d", len(l.Headers), len(w.headers))
+	}
+	for i, h := range l.Headers {
+		if h.Key != w.headers[i].Key || !bytes.Equal(h.Value, w.headers[i].Value) {
+			return fmt.Sprintf("header %d %q=%q, want %q=%q", i, h.Key, h.Value, w.headers[i].Key, w.headers[i].Value)
+		}
+	}
+	return ""
+}
+
+// openLedger opens a stopped daemon's data directory with its own key.
+func openLedger(t *testing.T, dir string) *ledger.Store {
+	t.Helper()
+	k, _, err := loadOrCreateKey(filepath.Join(dir, "auditd.key"), "unused")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := ledger.Open(dir, k.signer, k.verifier)
+	if err != nil {
+		t.Fatalf("open %s: %v", dir, err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}

@@ -1,0 +1,130 @@
+package rederive
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+const benchSumByKeySpec = `
+derivations:
+  - name: balances
+    sources: [payments.*]
+    filter: event.type == "transfer"
+    key: '[event.from, event.to]'
+    initial: "0"
+    step: 'key == event.from ? state - event.amount : state + event.amount'
+    store:
+      file: {path: balances.jsonl}
+`
+
+// benchPayments returns n realistic ~200-byte payment events.
+func benchPayments(n int) []*Event {
+	evs := make([]*Event, n)
+	for i := range evs {
+		p := fmt.Sprintf(`{"id":"pay-%08d","type":"transfer","from":"acct-%d","to":"acct-%d","amount":%d,"currency":"EUR","memo":"invoice %d settlement","created":"2025-03-01T12:%02d:00Z","tags":["sepa","batch-7"]}`,
+			i, i%1000, (i*7+3)%1000, 100+i%9000, i, i%60)
+		evs[i] = &Event{Log: "payments.0", Index: uint64(i), ID: fmt.Sprintf("pay-%08d", i), Time: time.Unix(1_700_000_000+int64(i), 0), Payload: []byte(p)}
+	}
+	return evs
+}
+
+func benchDerivation(b *testing.B, yaml string) Derivation {
+	b.Helper()
+	specs, err := ParseSpecs("bench.yaml", []byte(yaml))
+	if err != nil {
+		b.Fatal(err)
+	}
+	d, err := Compile(specs[0])
+	if err != nil {
+		b.Fatal(err)
+	}
+	return d
+}
+
+// BenchmarkCELSumByKey measures Prepare and Step (filter, key, a step per
+// key) of a sum-by-key derivation over ~200-byte JSON payments, states
+// kept in a map as the engine does.
+func BenchmarkCELSumByKey(b *testing.B) {
+	d := benchDerivation(b, benchSumByKeySpec)
+	evs := benchPayments(4096)
+	b.SetBytes(int64(len(evs[0].Payload)))
+	b.Run("serial", func(b *testing.B) {
+		states := make(map[string]State)
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			ev := evs[i%len(evs)]
+			i++
+			if err := benchApply(d, states, ev); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			states := make(map[string]State)
+			i := 0
+			for pb.Next() {
+				ev := evs[i%len(evs)]
+				i++
+				if err := benchApply(d, states, ev); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+}
+
+func benchApply(d Derivation, states map[string]State, ev *Event) error {
+	keys, dec, err := d.Prepare(ev)
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		st, ok := states[k]
+		if !ok {
+			if st, err = d.Initial(k); err != nil {
+				return err
+			}
+		}
+		if st, err = d.Step(st, dec, ev, k); err != nil {
+			return err
+		}
+		states[k] = st
+	}
+	return nil
+}
+
+// BenchmarkCELDecodeJSON measures decoding a payment payload alone.
+func BenchmarkCELDecodeJSON(b *testing.B) {
+	evs := benchPayments(1)
+	b.SetBytes(int64(len(evs[0].Payload)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := decodeEventJSON(evs[0].Payload); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkCELEncodeState measures Encode and Decode of a map state.
+func BenchmarkCELEncodeState(b *testing.B) {
+	d := benchDerivation(b, benchSumByKeySpec)
+	st, err := decodeEventJSON(benchPayments(1)[0].Payload)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		enc, err := d.Encode(st)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := d.Decode(enc); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,651 @@
+package rederive
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"maps"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/auditd/auditd/ledger"
+	"github.com/auditd/auditd/merkle"
+)
+
+// FoldOptions tunes Fold and Lineage. The zero value is usable.
+type FoldOptions struct {
+	// Workers is the number of goroutines that read and prepare entries,
+	// and the number that apply steps (default runtime.GOMAXPROCS(0)).
+	// The result does not depend on it.
+	Workers int
+	// ErrorBudget is how many derivation errors a fold tolerates: once
+	// the result's ErrorCount would exceed it, Fold fails with an error
+	// wrapping ErrBudget. Negative: unlimited. The zero value fails on the
+	// first error.
+	ErrorBudget int
+	// Progress, if set, is called from one goroutine with the number of
+	// entries read so far and the number to read, at most about ten times
+	// a second and once at the end.
+	Progress func(done, total uint64)
+	// Fingerprint identifies the derivation's definition, e.g. a hash of
+	// its spec. Fold records it on the result and refuses a base computed
+	// with a different one, so a changed definition forces a full fold.
+	Fingerprint string
+}
+
+// EventRef names one ledger entry: enough to fetch it and prove it.
+type EventRef struct {
+	Log      string      `json:"log"`
+	Index    uint64      `json:"index"`
+	ID       string      `json:"id"`
+	Time     time.Time   `json:"time"`
+	LeafHash merkle.Hash `json:"leaf_hash"`
+}
+
+// Result is a derivation's state over pinned prefixes of its source logs.
+//
+// A Result is not modified once Fold returns it; a later Fold over it
+// returns a new Result and may share states with it.
+type Result struct {
+	Derivation string
+	// Fingerprint is FoldOptions.Fingerprint of the folds that made it.
+	Fingerprint string
+	// Pins are the source logs' prefixes the result covers, sorted by log
+	// name.
+	Pins []Pin
+	// States holds each derived key's state.
+	States map[string]State
+	// Newest holds, for each key of States, the newest entry applied to
+	// it: the latest by event time, ties broken by log name, then index
+	// (within a log whose times rise with the index, the last applied).
+	// The order of application does not change it, so an incremental
+	// fold's Newest equals a full fold's. The grace period of a drifting
+	// key runs from its time.
+	Newest map[string]EventRef
+	// Events counts the entries read, Applied the (entry, key) steps
+	// applied.
+	Events  uint64
+	Applied uint64
+	// ErrorCount counts derivation errors; Errors holds the first
+	// maxErrors of them in (log, index) order.
+	ErrorCount int
+	Errors     []EventError
+}
+
+// Pin returns the result's pin of the named log.
+func (r *Result) Pin(log string) (Pin, bool) {
+	i, ok := slices.BinarySearchFunc(r.Pins, log, func(p Pin, log string) int { return cmp.Compare(p.Log, log) })
+	if !ok {
+		return Pin{}, false
+	}
+	return r.Pins[i], true
+}
+
+const (
+	// batchSize is the number of entries read and prepared as one unit.
+	batchSize = 1024
+	// maxErrors is how many EventErrors a Result keeps.
+	maxErrors = 100
+	// progressEvery is the least interval between two Progress calls.
+	progressEvery = 100 * time.Millisecond
+)
+
+// Fold runs derivation d over spans, continuing from base (nil: from
+// nothing), and returns the new result. It does not modify base.
+//
+// With a nil base every span starts at 0. Otherwise a span of a log that
+// base pins starts exactly at that pin's size, and a span of a log new
+// since base starts at 0; logs pinned by base and absent from spans keep
+// their pins.
+//
+// The result is deterministic whatever Workers: within one log, each
+// key's events are applied in index order; across logs, spans are applied
+// in log-name order, so within one Fold all of log A's events for a key
+// come before log B's. Logs are not ordered with respect to each other, so
+// an incremental fold (A's and B's new entries after base's) equals a full
+// fold exactly when no key takes entries from two logs (derivations keyed
+// like the source's partitioning) or the steps of different logs commute
+// (sums, counts, sets).
+//
+// Entries are read and prepared in batches by Workers goroutines in
+// parallel, put back in order, and each key's steps are applied by one of
+// Workers goroutines chosen by a hash of the key, so Step runs
+// sequentially per key and the hot path takes no lock. Step must not
+// modify the state it is given (it may be shared with base); it returns a
+// new one.
+//
+// A derivation error (Prepare, Initial or Step) skips that entry, or that
+// key's step, and is recorded. Once the errors, counting base's, exceed
+// ErrorBudget, Fold fails with an error wrapping ErrBudget. When ctx ends,
+// Fold stops its goroutines and returns ctx.Err().
+func Fold(ctx context.Context, d Derivation, base *Result, spans []Span, o FoldOptions) (*Result, error) {
+	spans, err := checkSpans(d, base, spans, o, false)
+	if err != nil {
+		return nil, err
+	}
+	if base != nil && o.ErrorBudget >= 0 && base.ErrorCount > o.ErrorBudget {
+		return nil, fmt.Errorf("rederive: %s: %w: base holds %d errors, budget %d", d.Name(), ErrBudget, base.ErrorCount, o.ErrorBudget)
+	}
+	w := o.Workers
+	if w <= 0 {
+		w = runtime.GOMAXPROCS(0)
+	}
+	fctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	f := &fold{d: d, base: base, budget: o.ErrorBudget, cancel: cancel}
+	if base != nil {
+		f.errCount.Store(int64(base.ErrorCount))
+	}
+	shards := make([]*shard, w)
+	var wg sync.WaitGroup
+	for i := range shards {
+		sh := &shard{f: f, in: make(chan []step, 8), slots: make(map[string]*slot)}
+		shards[i] = sh
+		wg.Go(func() { sh.run(fctx) })
+	}
+	var prepErrs []foldError
+	p := &pipeline{d: d, spans: spans, workers: w, shards: w, progress: o.Progress, seed: maphash.MakeSeed()}
+	events, err := p.run(fctx, func(ctx context.Context, b *batch) error {
+		for _, e := range b.errs {
+			if len(prepErrs) < maxErrors {
+				prepErrs = append(prepErrs, e)
+			}
+			f.counted(e)
+		}
+		for i, steps := range b.steps {
+			if len(steps) == 0 {
+				continue
+			}
+			select {
+			case shards[i].in <- steps:
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+		}
+		return nil
+	})
+	for _, sh := range shards {
+		close(sh.in)
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err == nil && fctx.Err() != nil {
+		err = context.Cause(fctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return f.result(spans, shards, prepErrs, events, o.Fingerprint), nil
+}
+
+// checkSpans validates spans against d and base and returns them sorted by
+// log name, each with its Pin.Log set. With full, spans are read from 0
+// whatever their From (Lineage).
+func checkSpans(d Derivation, base *Result, spans []Span, o FoldOptions, full bool) ([]Span, error) {
+	if d == nil {
+		return nil, errors.New("rederive: nil derivation")
+	}
+	if base != nil {
+		if base.Derivation != d.Name() {
+			return nil, fmt.Errorf("rederive: %s: base result is of derivation %q", d.Name(), base.Derivation)
+		}
+		if base.Fingerprint != o.Fingerprint {
+			return nil, fmt.Errorf("rederive: %s: base result was computed with definition %q, not %q", d.Name(), base.Fingerprint, o.Fingerprint)
+		}
+	}
+	out := slices.Clone(spans)
+	for i := range out {
+		s := &out[i]
+		if s.Reader == nil {
+			return nil, fmt.Errorf("rederive: %s: span %d has no reader", d.Name(), i)
+		}
+		name := s.Reader.Name()
+		if s.Pin.Log == "" {
+			s.Pin.Log = name
+		}
+		if s.Pin.Log != name {
+			return nil, fmt.Errorf("rederive: %s: span of log %s is pinned to log %s", d.Name(), name, s.Pin.Log)
+		}
+		if s.Pin.Size != s.To {
+			return nil, fmt.Errorf("rederive: %s: span of %s ends at %d but is pinned at size %d", d.Name(), name, s.To, s.Pin.Size)
+		}
+		if full {
+			s.From = 0
+		}
+		if s.From > s.To {
+			return nil, fmt.Errorf("rederive: %s: span of %s starts at %d after its end %d", d.Name(), name, s.From, s.To)
+		}
+		var start uint64
+		if base != nil {
+			if bp, ok := base.Pin(name); ok {
+				start = bp.Size
+				if bp.Size == s.To && bp.Root != s.Pin.Root && bp.Root != (merkle.Hash{}) && s.Pin.Root != (merkle.Hash{}) {
+					return nil, fmt.Errorf("rederive: %s: %s at size %d has root %s, base was pinned at root %s", d.Name(), name, s.To, s.Pin.Root, bp.Root)
+				}
+			}
+		}
+		if s.From != start {
+			return nil, fmt.Errorf("rederive: %s: span of %s starts at %d, want %d (the base's pin)", d.Name(), name, s.From, start)
+		}
+	}
+	slices.SortFunc(out, func(a, b Span) int { return cmp.Compare(a.Pin.Log, b.Pin.Log) })
+	for i := 1; i < len(out); i++ {
+		if out[i].Pin.Log == out[i-1].Pin.Log {
+			return nil, fmt.Errorf("rederive: %s: two spans of log %s", d.Name(), out[i].Pin.Log)
+		}
+	}
+	return out, nil
+}
+
+// fold is the state of one Fold shared by its shards.
+type fold struct {
+	d        Derivation
+	base     *Result
+	budget   int
+	cancel   context.CancelCauseFunc
+	errCount atomic.Int64
+}
+
+// counted counts a derivation error against the budget, cancelling the
+// fold when the budget is exceeded.
+func (f *fold) counted(e foldError) {
+	n := f.errCount.Add(1)
+	if f.budget >= 0 && n > int64(f.budget) {
+		f.cancel(fmt.Errorf("rederive: %s: %w: more than %d derivation errors, the last at %s entry %d: %s",
+			f.d.Name(), ErrBudget, f.budget, e.Log, e.Index, e.Err))
+	}
+}
+
+// result merges the shards' states over base's.
+func (f *fold) result(spans []Span, shards []*shard, prepErrs []foldError, events uint64, fingerprint string) *Result {
+	r := &Result{Derivation: f.d.Name(), Fingerprint: fingerprint, Events: events}
+	n := 0
+	for _, sh := range shards {
+		n += len(sh.slots)
+	}
+	var errs []foldError
+	if f.base != nil {
+		r.States = maps.Clone(f.base.States)
+		r.Newest = maps.Clone(f.base.Newest)
+		r.Events += f.base.Events
+		r.Applied = f.base.Applied
+		for _, e := range f.base.Errors {
+			errs = append(errs, foldError{EventError: e})
+		}
+		for _, p := range f.base.Pins {
+			if _, ok := slices.BinarySearchFunc(spans, p.Log, func(s Span, log string) int { return cmp.Compare(s.Pin.Log, log) }); !ok {
+				r.Pins = append(r.Pins, p)
+			}
+		}
+	}
+	if r.States == nil {
+		r.States = make(map[string]State, n)
+		r.Newest = make(map[string]EventRef, n)
+	}
+	for _, sh := range shards {
+		for k, sl := range sh.slots {
+			r.States[k] = sl.state
+			if sl.hasRef {
+				r.Newest[k] = sl.ref
+			}
+		}
+		r.Applied += sh.applied
+		errs = append(errs, sh.errs...)
+	}
+	errs = append(errs, prepErrs...)
+	// Stable: base errors of one entry keep their order.
+	slices.SortStableFunc(errs, func(a, b foldError) int {
+		if c := cmp.Compare(a.Log, b.Log); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.Index, b.Index); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.pos, b.pos)
+	})
+	for _, e := range errs[:min(len(errs), maxErrors)] {
+		r.Errors = append(r.Errors, e.EventError)
+	}
+	r.ErrorCount = int(f.errCount.Load())
+	for _, s := range spans {
+		r.Pins = append(r.Pins, s.Pin)
+	}
+	slices.SortFunc(r.Pins, func(a, b Pin) int { return cmp.Compare(a.Log, b.Log) })
+	return r
+}
+
+// foldError is an EventError with the position of its key among the
+// entry's keys (-1 for an entry that failed to prepare), to order errors
+// as they were met.
+type foldError struct {
+	EventError
+	pos int
+}
+
+// shard applies the steps of the keys that hash to it.
+type shard struct {
+	f       *fold
+	in      chan []step
+	slots   map[string]*slot
+	free    []slot // preallocated slots
+	applied uint64
+	errs    []foldError // the first maxErrors
+}
+
+type slot struct {
+	state  State
+	ref    EventRef
+	ns     int64 // ref.Time in Unix nanoseconds
+	hasRef bool
+}
+
+// newerThan reports whether the entry e, at ns, is newer than the slot's
+// newest entry.
+func (sl *slot) newerThan(e *Event, ns int64) bool {
+	switch {
+	case !sl.hasRef || ns > sl.ns:
+		return true
+	case ns < sl.ns:
+		return false
+	case e.Log != sl.ref.Log:
+		return e.Log > sl.ref.Log
+	}
+	return e.Index > sl.ref.Index
+}
+
+func (sh *shard) run(ctx context.Context) {
+	d, base := sh.f.d, sh.f.base
+	for {
+		var steps []step
+		var ok bool
+		select {
+		case steps, ok = <-sh.in:
+			if !ok {
+				return
+			}
+		case <-ctx.Done():
+			return
+		}
+		for i := range steps {
+			st := &steps[i]
+			sl := sh.slots[st.key]
+			var cur State
+			if sl != nil {
+				cur = sl.state
+			} else if s, ok := base.state(st.key); ok {
+				cur = s
+			} else {
+				s, err := d.Initial(st.key)
+				if err != nil {
+					sh.fail(st, err)
+					continue
+				}
+				cur = s
+			}
+			next, err := d.Step(cur, st.dec, &st.e.Event, st.key)
+			if err != nil {
+				sh.fail(st, err)
+				continue
+			}
+			if sl == nil {
+				if len(sh.free) == 0 {
+					sh.free = make([]slot, 256)
+				}
+				sl = &sh.free[0]
+				sh.free = sh.free[1:]
+				sh.slots[st.key] = sl
+				if ref, ok := base.newest(st.key); ok {
+					sl.ref, sl.ns, sl.hasRef = ref, ref.Time.UnixNano(), true
+				}
+			}
+			sl.state = next
+			if e := &st.e.Event; sl.newerThan(e, st.e.ns) {
+				sl.ref = EventRef{Log: e.Log, Index: e.Index, ID: e.ID, Time: e.Time, LeafHash: st.e.leafHash}
+				sl.ns, sl.hasRef = st.e.ns, true
+			}
+			sh.applied++
+		}
+	}
+}
+
+func (sh *shard) fail(st *step, err error) {
+	e := foldError{EventError: EventError{Log: st.e.Log, Index: st.e.Index, Key: st.key, Err: err.Error()}, pos: st.pos}
+	if len(sh.errs) < maxErrors {
+		sh.errs = append(sh.errs, e)
+	}
+	sh.f.counted(e)
+}
+
+// state returns the key's state in r, if r holds one.
+func (r *Result) state(key string) (State, bool) {
+	if r == nil {
+		return nil, false
+	}
+	s, ok := r.States[key]
+	return s, ok
+}
+
+// newest returns the key's newest entry in r, if r holds one.
+func (r *Result) newest(key string) (EventRef, bool) {
+	if r == nil {
+		return EventRef{}, false
+	}
+	ref, ok := r.Newest[key]
+	return ref, ok
+}
+
+// entry is an event and its leaf hash, as the pipeline carries it.
+type entry struct {
+	Event
+	ns       int64 // Event.Time in Unix nanoseconds
+	leafHash merkle.Hash
+}
+
+// step is one key's application of a prepared entry.
+type step struct {
+	key string
+	dec any
+	e   *entry
+	pos int // the key's position among the entry's keys
+}
+
+// batch is a run of entries of one span, prepared.
+type batch struct {
+	seq   uint64
+	n     uint64   // entries read
+	steps [][]step // by shard
+	errs  []foldError
+}
+
+// job is a batch to read.
+type job struct {
+	seq      uint64
+	span     int
+	from, to uint64
+}
+
+// pipeline reads spans in batches, prepares them in parallel and hands
+// them back in order.
+type pipeline struct {
+	d        Derivation
+	spans    []Span // sorted by log name
+	workers  int
+	shards   int
+	want     func(key string) bool // nil: every key
+	progress func(done, total uint64)
+	seed     maphash.Seed
+}
+
+// run reads and prepares every span and calls emit with the batches in
+// order (spans in order, entries in index order), from the calling
+// goroutine. It returns the number of entries read. An error from emit
+// stops the run and is returned; ctx's cancellation is returned as its
+// cause.
+func (p *pipeline) run(ctx context.Context, emit func(context.Context, *batch) error) (uint64, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var total, jobsTotal uint64
+	for _, s := range p.spans {
+		total += s.To - s.From
+		jobsTotal += (s.To - s.From + batchSize - 1) / batchSize
+	}
+	jobs := make(chan job, p.workers)
+	results := make(chan *batch, p.workers)
+	// Tokens bound the batches read but not yet emitted, so a slow batch
+	// holds back the readers instead of piling up the ones after it.
+	tokens := make(chan struct{}, 4*p.workers)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer close(jobs)
+		var seq uint64
+		for i, s := range p.spans {
+			for from := s.From; from < s.To; from += batchSize {
+				select {
+				case tokens <- struct{}{}:
+				case <-ctx.Done():
+					return
+				}
+				select {
+				case jobs <- job{seq: seq, span: i, from: from, to: min(from+batchSize, s.To)}:
+				case <-ctx.Done():
+					return
+				}
+				seq++
+			}
+		}
+	})
+	var workers sync.WaitGroup
+	for range p.workers {
+		workers.Go(func() {
+			for j := range jobs {
+				b, err := p.prepare(ctx, j)
+				if err != nil {
+					cancel(err)
+					return
+				}
+				select {
+				case results <- b:
+				case <-ctx.Done():
+					return
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		workers.Wait()
+		close(results)
+	})
+
+	pending := make(map[uint64]*batch, 4*p.workers)
+	var next, done uint64
+	var err error
+	last := time.Now()
+	for b := range results {
+		if err != nil {
+			continue // draining until the workers stop
+		}
+		pending[b.seq] = b
+		for {
+			b, ok := pending[next]
+			if !ok {
+				break
+			}
+			delete(pending, next)
+			next++
+			<-tokens
+			if err = emit(ctx, b); err != nil {
+				cancel(err)
+				break
+			}
+			done += b.n
+			if p.progress != nil {
+				if now := time.Now(); now.Sub(last) >= progressEvery {
+					last = now
+					p.progress(done, total)
+				}
+			}
+		}
+	}
+	wg.Wait()
+	if err != nil {
+		return done, err
+	}
+	if ctx.Err() != nil {
+		return done, context.Cause(ctx)
+	}
+	if next != jobsTotal {
+		return done, fmt.Errorf("rederive: internal error: %d of %d batches folded", next, jobsTotal)
+	}
+	if p.progress != nil {
+		p.progress(done, total)
+	}
+	return done, nil
+}
+
+// prepare reads and prepares one batch.
+func (p *pipeline) prepare(ctx context.Context, j job) (*batch, error) {
+	s := &p.spans[j.span]
+	log := s.Pin.Log
+	b := &batch{seq: j.seq, n: j.to - j.from, steps: make([][]step, p.shards)}
+	// Sized for the whole batch: steps point into it, so it must not grow.
+	ents := make([]entry, 0, j.to-j.from)
+	next := j.from
+	err := s.Reader.Entries(ctx, j.from, j.to, func(r *ledger.Record) error {
+		if r.Index != next || next >= j.to {
+			return fmt.Errorf("reader returned entry %d, want %d", r.Index, next)
+		}
+		next++
+		if r.PayloadPruned {
+			b.errs = append(b.errs, foldError{EventError: EventError{Log: log, Index: r.Index, Err: "payload pruned after retention"}, pos: -1})
+			return nil
+		}
+		ents = append(ents, entry{
+			Event: Event{
+				Log: log, Index: r.Index, ID: r.Leaf.ID, HasKey: r.Leaf.HasKey, Key: r.Leaf.Key,
+				Time: time.Unix(0, r.Leaf.Time).UTC(), Source: r.Leaf.Source, Payload: r.Payload,
+			},
+			ns:       r.Leaf.Time,
+			leafHash: r.LeafHash,
+		})
+		e := &ents[len(ents)-1]
+		keys, dec, err := p.d.Prepare(&e.Event)
+		if err != nil {
+			b.errs = append(b.errs, foldError{EventError: EventError{Log: log, Index: r.Index, Err: err.Error()}, pos: -1})
+			ents = ents[:len(ents)-1]
+			return nil
+		}
+		used := false
+		for pos, k := range keys {
+			if p.want != nil && !p.want(k) {
+				continue
+			}
+			sh := 0
+			if p.shards > 1 {
+				sh = int(maphash.String(p.seed, k) % uint64(p.shards))
+			}
+			b.steps[sh] = append(b.steps[sh], step{key: k, dec: dec, e: e, pos: pos})
+			used = true
+		}
+		if !used {
+			ents = ents[:len(ents)-1] // reuse the slot
+		}
+		return nil
+	})
+	if err == nil && next != j.to {
+		err = fmt.Errorf("reader stopped at entry %d", next)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		return nil, fmt.Errorf("rederive: %s: read %s entries [%d, %d): %w", p.d.Name(), log, j.from, j.to, err)
+	}
+	return b, nil
+}

@@ -1,0 +1,792 @@
+package rederive
+
+import (
+	"bufio"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+)
+
+// The store tests run against the real PostgreSQL and Redis of the test
+// environment; AUDITD_TEST_PG (a DSN) and AUDITD_TEST_REDIS (host:port)
+// point them elsewhere.
+
+func storeTestPG() string {
+	if v := os.Getenv("AUDITD_TEST_PG"); v != "" {
+		return v
+	}
+	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+}
+
+func storeTestRedis() string {
+	if v := os.Getenv("AUDITD_TEST_REDIS"); v != "" {
+		return v
+	}
+	return "127.0.0.1:6379"
+}
+
+// storeTestName is a name no other test or run uses.
+func storeTestName(kind string) string {
+	return fmt.Sprintf("auditd_test_%s_%d_%x", kind, os.Getpid(), rand.Uint64())
+}
+
+// storeTestPGConn connects to the test database; t's cleanup closes it.
+func storeTestPGConn(t testing.TB) *pgx.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, storeTestPG())
+	if err != nil {
+		t.Fatalf("PostgreSQL for the tests (AUDITD_TEST_PG): %v", err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+func storeTestExec(t testing.TB, conn *pgx.Conn, sql string) {
+	t.Helper()
+	if _, err := conn.Exec(context.Background(), sql); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// storeTestPGTable creates a table from DDL columns, drops it at t's end,
+// and returns its quoted name.
+func storeTestPGTable(t testing.TB, conn *pgx.Conn, columns string) string {
+	t.Helper()
+	table := pgx.Identifier{storeTestName("t")}.Sanitize()
+	storeTestExec(t, conn, "CREATE TABLE "+table+" ("+columns+")")
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		conn.Exec(ctx, "DROP TABLE IF EXISTS "+table)
+	})
+	return table
+}
+
+// storeTestCopy loads lines of COPY text format (tab-separated, \N for
+// NULL) into table.
+func storeTestCopy(t testing.TB, conn *pgx.Conn, table string, lines []string) {
+	t.Helper()
+	r := strings.NewReader(strings.Join(lines, "\n") + "\n")
+	if len(lines) == 0 {
+		return
+	}
+	if _, err := conn.PgConn().CopyFrom(context.Background(), r, "COPY "+table+" FROM STDIN"); err != nil {
+		t.Fatalf("COPY %s: %v", table, err)
+	}
+}
+
+func storeTestRedisClient(t testing.TB) (*redis.Client, string) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: storeTestRedis(), DisableIdentity: true})
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("Redis for the tests (AUDITD_TEST_REDIS): %v", err)
+	}
+	prefix := storeTestName("r") + ":"
+	t.Cleanup(func() {
+		ctx := context.Background()
+		iter := c.Scan(ctx, 0, escapeGlob(prefix)+"*", 1000).Iterator()
+		var keys []string
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+		}
+		for len(keys) > 0 {
+			n := min(len(keys), 1000)
+			c.Del(ctx, keys[:n]...)
+			keys = keys[n:]
+		}
+		c.Close()
+	})
+	return c, prefix
+}
+
+// storeCaps says which values a backend holds.
+type storeCaps struct {
+	// scalar: each key holds one scalar (a Redis string), not an object.
+	scalar bool
+	// text: every value is text (CSV, a Redis hash), so there is no null
+	// and no boolean, and text that is a JSON number reads as a number.
+	text bool
+}
+
+// storeBackend is one way of storing rows for the conformance test.
+type storeBackend struct {
+	name string
+	caps storeCaps
+	// open stores rows in a place of its own (cleaned up with t) and
+	// returns the config that reads them; with marks not nil, the config
+	// reports those watermarks.
+	open func(t *testing.T, rows []Row, marks map[string]uint64) StoreConfig
+}
+
+// storeConformanceRows returns n rows a backend with caps can hold:
+// decimals with trailing zeros, integers past 2^53, floats, strings
+// (one that only looks like a number), and with typed backends nulls and
+// booleans.
+func storeConformanceRows(n int, caps storeCaps) []Row {
+	rows := make([]Row, n)
+	for i := range rows {
+		key := fmt.Sprintf("acct-%05d", i)
+		amount := json.Number(fmt.Sprintf("%d.%02d", i*37%100000-5000, i%4*25)) // 12.50, -3.00
+		count := json.Number(strconv.FormatInt(int64(i)*1_000_003+9007199254740993, 10))
+		name := fmt.Sprintf("user %d", i)
+		if i%10 == 3 {
+			name = "007" // a string that looks like a number, but is not a JSON one
+		}
+		if caps.scalar {
+			var v any = amount
+			switch i % 3 {
+			case 1:
+				v = count
+			case 2:
+				v = name
+			}
+			rows[i] = Row{Key: key, Value: v}
+			continue
+		}
+		m := map[string]any{
+			"amount": amount,
+			"count":  count,
+			"ratio":  formatFloat(float64(i)/7, 64),
+			"name":   name,
+		}
+		if caps.text {
+			m["note"] = "-"
+		} else {
+			m["note"] = nil
+			if i%2 == 0 {
+				m["note"] = fmt.Sprintf("note %d", i)
+			}
+			m["active"] = i%3 == 0
+		}
+		rows[i] = Row{Key: key, Value: m}
+	}
+	return rows
+}
+
+// storeFields returns the fields of rows' values in a fixed order.
+func storeFields(rows []Row) []string {
+	if len(rows) == 0 {
+		return []string{"amount", "count", "ratio", "name", "note"}
+	}
+	m, _ := rows[0].Value.(map[string]any)
+	var fields []string
+	for _, f := range []string{"amount", "count", "ratio", "name", "note", "active"} {
+		if _, ok := m[f]; ok {
+			fields = append(fields, f)
+		}
+	}
+	return fields
+}
+
+// storeText renders a value as a CSV cell, a Redis string or hash field.
+func storeText(v any) string {
+	switch v := v.(type) {
+	case json.Number:
+		return string(v)
+	case string:
+		return v
+	}
+	panic(fmt.Sprintf("no text for %T", v))
+}
+
+func storeBackends() []storeBackend {
+	pgOpen := func(query bool) func(t *testing.T, rows []Row, marks map[string]uint64) StoreConfig {
+		return func(t *testing.T, rows []Row, marks map[string]uint64) StoreConfig {
+			conn := storeTestPGConn(t)
+			table := storeTestPGTable(t, conn, "key text PRIMARY KEY, amount numeric(12,2), count bigint, ratio float8, name text, note text, active boolean")
+			var lines []string
+			for _, r := range rows {
+				m := r.Value.(map[string]any)
+				note := `\N`
+				if s, ok := m["note"].(string); ok {
+					note = s
+				}
+				lines = append(lines, strings.Join([]string{r.Key, storeText(m["amount"]), storeText(m["count"]),
+					storeText(m["ratio"]), storeText(m["name"]), note, strconv.FormatBool(m["active"].(bool))}, "\t"))
+			}
+			storeTestCopy(t, conn, table, lines)
+			c := &PostgresConfig{DSN: storeTestPG(), Table: strings.Trim(table, `"`)}
+			if query {
+				// The key by name, not first, and renamed.
+				c = &PostgresConfig{DSN: storeTestPG(), KeyColumn: "k",
+					Query: "SELECT amount, count, ratio, name, note, key AS k, active FROM " + table}
+			}
+			if marks != nil {
+				mt := storeTestPGTable(t, conn, "log text, size bigint")
+				var lines []string
+				for log, size := range marks {
+					lines = append(lines, fmt.Sprintf("%s\t%d", log, size))
+				}
+				storeTestCopy(t, conn, mt, lines)
+				c.WatermarkQuery = "SELECT log, size FROM " + mt
+			}
+			return StoreConfig{Postgres: c}
+		}
+	}
+	redisOpen := func(typ string) func(t *testing.T, rows []Row, marks map[string]uint64) StoreConfig {
+		return func(t *testing.T, rows []Row, marks map[string]uint64) StoreConfig {
+			client, prefix := storeTestRedisClient(t)
+			ctx := context.Background()
+			pipe := client.Pipeline()
+			for _, r := range rows {
+				k := prefix + "rows:" + r.Key
+				switch typ {
+				case "hash":
+					for f, v := range r.Value.(map[string]any) {
+						pipe.HSet(ctx, k, f, storeText(v))
+					}
+				case "json":
+					b, err := json.Marshal(r.Value)
+					if err != nil {
+						t.Fatal(err)
+					}
+					pipe.Set(ctx, k, b, 0)
+				case "string":
+					pipe.Set(ctx, k, storeText(r.Value), 0)
+				}
+			}
+			c := &RedisConfig{Addr: storeTestRedis(), Pattern: escapeGlob(prefix) + "rows:*", Prefix: prefix + "rows:", Type: typ}
+			if marks != nil {
+				c.WatermarkKey = prefix + "marks"
+				for log, size := range marks {
+					pipe.HSet(ctx, c.WatermarkKey, log, size)
+				}
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				t.Fatal(err)
+			}
+			return StoreConfig{Redis: c}
+		}
+	}
+	fileMarks := func(t *testing.T, marks map[string]uint64) string {
+		if marks == nil {
+			return ""
+		}
+		p := filepath.Join(t.TempDir(), "marks.json")
+		b, _ := json.Marshal(marks)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	jsonObject := func(r Row, keyField string) map[string]any {
+		m := map[string]any{keyField: r.Key}
+		for f, v := range r.Value.(map[string]any) {
+			m[f] = v
+		}
+		return m
+	}
+	httpOpen := func(ndjson bool) func(t *testing.T, rows []Row, marks map[string]uint64) StoreConfig {
+		return func(t *testing.T, rows []Row, marks map[string]uint64) StoreConfig {
+			mux := http.NewServeMux()
+			mux.HandleFunc("GET /rows", func(w http.ResponseWriter, r *http.Request) {
+				if r.Header.Get("Authorization") != "Bearer s3cr$t" {
+					http.Error(w, "no token", http.StatusUnauthorized)
+					return
+				}
+				bw := bufio.NewWriter(w)
+				if ndjson {
+					w.Header().Set("Content-Type", "application/x-ndjson")
+				} else {
+					w.Header().Set("Content-Type", "application/json")
+					bw.WriteString("[\n")
+				}
+				for i, row := range rows {
+					b, _ := json.Marshal(jsonObject(row, "id"))
+					if !ndjson && i > 0 {
+						bw.WriteString(",\n")
+					}
+					bw.Write(b)
+					if ndjson {
+						bw.WriteByte('\n')
+					}
+				}
+				if !ndjson {
+					bw.WriteString("\n]\n")
+				}
+				bw.Flush()
+			})
+			mux.HandleFunc("GET /marks", func(w http.ResponseWriter, r *http.Request) {
+				json.NewEncoder(w).Encode(marks)
+			})
+			srv := httptest.NewServer(mux)
+			t.Cleanup(srv.Close)
+			c := &HTTPConfig{URL: srv.URL + "/rows", KeyField: "id", Headers: map[string]string{"Authorization": "Bearer ${AUDITD_TEST_STORE_TOKEN}"}}
+			if marks != nil {
+				c.WatermarkURL = srv.URL + "/marks"
+			}
+			return StoreConfig{HTTP: c}
+		}
+	}
+
+	return []storeBackend{
+		{name: "postgres/table", open: pgOpen(false)},
+		{name: "postgres/query", open: pgOpen(true)},
+		{name: "redis/hash", caps: storeCaps{text: true}, open: redisOpen("hash")},
+		{name: "redis/json", open: redisOpen("json")},
+		{name: "redis/string", caps: storeCaps{scalar: true, text: true}, open: redisOpen("string")},
+		{name: "file/jsonl", open: func(t *testing.T, rows []Row, marks map[string]uint64) StoreConfig {
+			p := filepath.Join(t.TempDir(), "rows.jsonl")
+			f, err := os.Create(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bw := bufio.NewWriter(f)
+			for i, r := range rows {
+				if i == 7 {
+					bw.WriteString("\n  \n") // blank lines are skipped
+				}
+				b, _ := json.Marshal(jsonObject(r, "key"))
+				bw.Write(b)
+				bw.WriteByte('\n')
+			}
+			if err := bw.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			return StoreConfig{File: &FileConfig{Path: p, WatermarkPath: fileMarks(t, marks)}}
+		}},
+		{name: "file/csv", caps: storeCaps{text: true}, open: func(t *testing.T, rows []Row, marks map[string]uint64) StoreConfig {
+			p := filepath.Join(t.TempDir(), "rows.csv")
+			f, err := os.Create(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := csv.NewWriter(f)
+			fields := storeFields(rows)
+			w.Write(append([]string{"account"}, fields...))
+			for _, r := range rows {
+				rec := []string{r.Key}
+				for _, f := range fields {
+					rec = append(rec, storeText(r.Value.(map[string]any)[f]))
+				}
+				w.Write(rec)
+			}
+			w.Flush()
+			if err := w.Error(); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			return StoreConfig{File: &FileConfig{Path: p, KeyField: "account", WatermarkPath: fileMarks(t, marks)}}
+		}},
+		{name: "http/json", open: httpOpen(false)},
+		{name: "http/ndjson", open: httpOpen(true)},
+	}
+}
+
+func TestStoreConformance(t *testing.T) {
+	// The HTTP backends' token, read through ${VAR} expansion. Not
+	// t.Setenv, which rules out parallel subtests; no other test reads it.
+	os.Setenv("AUDITD_TEST_STORE_TOKEN", "s3cr$t")
+	t.Cleanup(func() { os.Unsetenv("AUDITD_TEST_STORE_TOKEN") })
+	for _, b := range storeBackends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			testStore(t, b)
+		})
+	}
+}
+
+// testStore checks the Store contract against one backend.
+func testStore(t *testing.T, b storeBackend) {
+	ctx := context.Background()
+	open := func(t *testing.T, rows []Row, marks map[string]uint64) Store {
+		t.Helper()
+		s, err := OpenStore(ctx, b.open(t, rows, marks))
+		if err != nil {
+			t.Fatalf("OpenStore: %v", err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	scan := func(t *testing.T, s Store) map[string]any {
+		t.Helper()
+		got := make(map[string]any)
+		err := s.Scan(ctx, func(r Row) error {
+			if _, dup := got[r.Key]; dup {
+				return fmt.Errorf("key %q twice", r.Key)
+			}
+			got[r.Key] = r.Value
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("Scan: %v", err)
+		}
+		return got
+	}
+
+	// 3100 rows: past SCAN's COUNT, pipelines and read buffers.
+	rows := storeConformanceRows(3100, b.caps)
+	marks := map[string]uint64{"payments.0": 3100, "payments.1": 0, "orders-http": 1 << 40}
+	s := open(t, rows, marks)
+
+	t.Run("rows", func(t *testing.T) {
+		got := scan(t, s)
+		if len(got) != len(rows) {
+			t.Errorf("Scan returned %d rows, want %d", len(got), len(rows))
+		}
+		bad := 0
+		for _, r := range rows {
+			if v, ok := got[r.Key]; !ok || !reflect.DeepEqual(v, r.Value) {
+				if bad++; bad <= 3 {
+					t.Errorf("key %q: got %#v (present %v), want %#v", r.Key, v, ok, r.Value)
+				}
+			}
+		}
+	})
+
+	t.Run("compare", func(t *testing.T) {
+		expected := make(map[string]any, len(rows))
+		for _, r := range rows {
+			expected[r.Key] = r.Value
+		}
+		// One value changed, one key gone: exactly two drifts.
+		expected["acct-00005"] = "changed"
+		expected["nobody"] = json.Number("1")
+		var drifts []Drift
+		st, err := Compare(ctx, s, expected, CompareConfig{}, func(d Drift) error {
+			drifts = append(drifts, d)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := CompareStats{Rows: 3100, Keys: 3101, Matched: 3099, Missing: 1, Mismatched: 1}
+		if st != want {
+			t.Errorf("stats %+v, want %+v", st, want)
+		}
+		if len(drifts) != 2 || drifts[0].Kind != DriftMismatch || drifts[0].Key != "acct-00005" || drifts[1].Kind != DriftMissing || drifts[1].Key != "nobody" {
+			t.Errorf("drifts %+v", drifts)
+		}
+	})
+
+	t.Run("watermarks", func(t *testing.T) {
+		got, ok, err := s.Watermarks(ctx)
+		if err != nil || !ok || !reflect.DeepEqual(got, marks) {
+			t.Errorf("Watermarks = %v, %v, %v; want %v, true, nil", got, ok, err, marks)
+		}
+		s := open(t, rows[:3], nil)
+		if got, ok, err := s.Watermarks(ctx); err != nil || ok || got != nil {
+			t.Errorf("Watermarks unconfigured = %v, %v, %v; want nil, false, nil", got, ok, err)
+		}
+	})
+
+	t.Run("empty", func(t *testing.T) {
+		if got := scan(t, open(t, nil, nil)); len(got) != 0 {
+			t.Errorf("empty store: %d rows", len(got))
+		}
+	})
+
+	t.Run("stop", func(t *testing.T) {
+		errStop := errors.New("stop")
+		n := 0
+		err := s.Scan(ctx, func(Row) error {
+			if n++; n == 10 {
+				return errStop
+			}
+			return nil
+		})
+		if err != errStop || n != 10 {
+			t.Errorf("Scan stopped by fn: err %v after %d rows, want %v after 10", err, n, errStop)
+		}
+		// The store is still usable.
+		if got := scan(t, s); len(got) != len(rows) {
+			t.Errorf("Scan after a stop: %d rows, want %d", len(got), len(rows))
+		}
+	})
+
+	t.Run("cancel", func(t *testing.T) {
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		n := 0
+		err := s.Scan(cctx, func(Row) error {
+			if n++; n == 5 {
+				cancel()
+			}
+			return nil
+		})
+		if err != context.Canceled || n >= len(rows) {
+			t.Errorf("Scan cancelled: err %v after %d rows, want %v before the end", err, n, context.Canceled)
+		}
+		n = 0
+		err = s.Scan(cctx, func(Row) error { n++; return nil })
+		if err != context.Canceled || n != 0 {
+			t.Errorf("Scan with a cancelled context: err %v after %d rows, want %v", err, n, context.Canceled)
+		}
+		if _, _, err := s.Watermarks(cctx); err != context.Canceled {
+			t.Errorf("Watermarks with a cancelled context: err %v, want %v", err, context.Canceled)
+		}
+	})
+}
+
+// TestStoreFailures checks that each way a store can fail is an ErrStore
+// error saying where.
+func TestStoreFailures(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/500":
+			http.Error(w, "database is down", http.StatusInternalServerError)
+		case "/malformed":
+			w.Header().Set("Content-Type", "application/json")
+			w.Write([]byte(`[{"key": "a", "v": 1}, {"key": "b", "v": 2`))
+		case "/not-object":
+			w.Header().Set("Content-Type", "application/json")
+			w.Write([]byte(`[{"key": "a", "v": 1}, 7]`))
+		case "/trailing":
+			w.Header().Set("Content-Type", "application/json")
+			w.Write([]byte(`[{"key": "a", "v": 1}] [`))
+		case "/ndjson":
+			w.Header().Set("Content-Type", "application/x-ndjson")
+			w.Write([]byte("{\"key\": \"a\", \"v\": 1}\n{\"key\": \"b\" \"v\": 2}\n"))
+		case "/marks":
+			w.Write([]byte(`{"payments.0": -1}`))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+
+	redisClient, prefix := storeTestRedisClient(t)
+	redisClient.Set(ctx, prefix+"bad-json", `{"v": 1`, 0)
+	redisClient.Set(ctx, prefix+"a-string", `7`, 0)
+	redisClient.HSet(ctx, prefix+"marks", "payments.0", "many")
+
+	conn := storeTestPGConn(t)
+	table := storeTestPGTable(t, conn, "k text, v int")
+	storeTestCopy(t, conn, table, []string{"a\t1", `\N` + "\t2"})
+
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closed.Close()
+
+	for _, tc := range []struct {
+		name  string
+		c     StoreConfig
+		marks bool   // call Watermarks, not Scan
+		want  string // in the message
+	}{
+		{"postgres unreachable", StoreConfig{Postgres: &PostgresConfig{DSN: "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=5", Table: "t"}}, false, "postgres 127.0.0.1:1/test"},
+		{"postgres no table", StoreConfig{Postgres: &PostgresConfig{DSN: storeTestPG(), Table: storeTestName("none")}}, false, "does not exist"},
+		{"postgres no key column", StoreConfig{Postgres: &PostgresConfig{DSN: storeTestPG(), Query: "SELECT * FROM " + table, KeyColumn: "id"}}, false, `no key column "id"`},
+		{"postgres null key", StoreConfig{Postgres: &PostgresConfig{DSN: storeTestPG(), Query: "SELECT * FROM " + table + " ORDER BY v"}}, false, `row 2: key column "k" is NULL`},
+		{"postgres bad watermarks", StoreConfig{Postgres: &PostgresConfig{DSN: storeTestPG(), Table: "t", WatermarkQuery: "SELECT 'payments.0', -5::bigint"}}, true, "negative size"},
+		{"redis unreachable", StoreConfig{Redis: &RedisConfig{Addr: "127.0.0.1:1", Pattern: "*"}}, false, "redis 127.0.0.1:1/0"},
+		{"redis unreachable watermarks", StoreConfig{Redis: &RedisConfig{Addr: "127.0.0.1:1", Pattern: "*", WatermarkKey: "m"}}, true, "redis 127.0.0.1:1/0"},
+		{"redis malformed json", StoreConfig{Redis: &RedisConfig{Addr: storeTestRedis(), Pattern: escapeGlob(prefix) + "bad-*", Prefix: prefix}}, false, `key "` + prefix + `bad-json": malformed JSON`},
+		{"redis wrong type", StoreConfig{Redis: &RedisConfig{Addr: storeTestRedis(), Pattern: escapeGlob(prefix) + "a-*", Type: "hash"}}, false, "WRONGTYPE"},
+		{"redis bad watermarks", StoreConfig{Redis: &RedisConfig{Addr: storeTestRedis(), Pattern: "x", WatermarkKey: prefix + "marks"}}, true, `"many" is not a tree size`},
+		{"file missing", StoreConfig{File: &FileConfig{Path: filepath.Join(dir, "none.jsonl")}}, false, "none.jsonl"},
+		{"jsonl malformed line", StoreConfig{File: &FileConfig{Path: write("bad.jsonl", "{\"key\": \"a\", \"v\": 1}\n\n{\"key\": \"b\", \"v\": }\n")}}, false, "bad.jsonl: line 3: malformed JSON"},
+		{"jsonl not an object", StoreConfig{File: &FileConfig{Path: write("array.jsonl", "[1, 2]\n")}}, false, "line 1: not a JSON object"},
+		{"jsonl no key", StoreConfig{File: &FileConfig{Path: write("nokey.jsonl", "{\"id\": \"a\", \"v\": 1}\n")}}, false, `line 1: no key field "key"`},
+		{"jsonl bad key", StoreConfig{File: &FileConfig{Path: write("objkey.jsonl", "{\"key\": {}, \"v\": 1}\n")}}, false, `line 1: key field "key" is not a string or a number`},
+		{"jsonl two values on a line", StoreConfig{File: &FileConfig{Path: write("two.jsonl", "{\"key\": \"a\"} {\"key\": \"b\"}\n")}}, false, "line 1: malformed JSON"},
+		{"csv ragged", StoreConfig{File: &FileConfig{Path: write("ragged.csv", "key,v\na,1\nb,2,3\n")}}, false, "line 3"},
+		{"csv no key column", StoreConfig{File: &FileConfig{Path: write("nokey.csv", "id,v\na,1\n")}}, false, `line 1: no key column "key"`},
+		{"csv empty", StoreConfig{File: &FileConfig{Path: write("empty.csv", "")}}, false, "no header row"},
+		{"file bad watermarks", StoreConfig{File: &FileConfig{Path: write("ok.jsonl", ""), WatermarkPath: write("marks.json", `{"payments.0": 1.5}`)}}, true, "not a tree size"},
+		{"file missing watermarks", StoreConfig{File: &FileConfig{Path: write("ok.jsonl", ""), WatermarkPath: filepath.Join(dir, "none.json")}}, true, "none.json"},
+		{"http 500", StoreConfig{HTTP: &HTTPConfig{URL: srv.URL + "/500"}}, false, "/500: GET: status 500 Internal Server Error: database is down"},
+		{"http 404", StoreConfig{HTTP: &HTTPConfig{URL: srv.URL + "/nothing"}}, false, "status 404"},
+		{"http malformed json", StoreConfig{HTTP: &HTTPConfig{URL: srv.URL + "/malformed"}}, false, "element 1: malformed JSON"},
+		{"http element not an object", StoreConfig{HTTP: &HTTPConfig{URL: srv.URL + "/not-object"}}, false, "element 1: not a JSON object"},
+		{"http data after the array", StoreConfig{HTTP: &HTTPConfig{URL: srv.URL + "/trailing"}}, false, "data after the array"},
+		{"http malformed ndjson", StoreConfig{HTTP: &HTTPConfig{URL: srv.URL + "/ndjson"}}, false, "line 2: malformed JSON"},
+		{"http not an array", StoreConfig{HTTP: &HTTPConfig{URL: srv.URL + "/ndjson", Format: "json"}}, false, "want an array"},
+		{"http unreachable", StoreConfig{HTTP: &HTTPConfig{URL: closed.URL + "/rows"}}, false, "connection refused"},
+		{"http bad watermarks", StoreConfig{HTTP: &HTTPConfig{URL: srv.URL + "/rows", WatermarkURL: srv.URL + "/marks"}}, true, "not a tree size"},
+		{"http watermarks 404", StoreConfig{HTTP: &HTTPConfig{URL: srv.URL + "/rows", WatermarkURL: srv.URL + "/none"}}, true, "status 404"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := OpenStore(ctx, tc.c)
+			if err != nil {
+				t.Fatalf("OpenStore: %v", err)
+			}
+			defer s.Close()
+			if tc.marks {
+				_, _, err = s.Watermarks(ctx)
+			} else {
+				err = s.Scan(ctx, func(Row) error { return nil })
+			}
+			if !errors.Is(err, ErrStore) {
+				t.Fatalf("err %v, want an ErrStore error", err)
+			}
+			t.Logf("%v", err)
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err %q, want it to say %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestStoreOpenErrors checks configs OpenStore refuses.
+func TestStoreOpenErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		c    StoreConfig
+	}{
+		{"none", StoreConfig{}},
+		{"two", StoreConfig{File: &FileConfig{Path: "a.csv"}, HTTP: &HTTPConfig{URL: "http://x"}}},
+		{"postgres bad dsn", StoreConfig{Postgres: &PostgresConfig{DSN: "postgres://u:secret@host:notaport/db", Table: "t"}}},
+		{"postgres query and table", StoreConfig{Postgres: &PostgresConfig{DSN: storeTestPG(), Table: "t", Query: "SELECT 1"}}},
+		{"postgres neither query nor table", StoreConfig{Postgres: &PostgresConfig{DSN: storeTestPG()}}},
+		{"redis type", StoreConfig{Redis: &RedisConfig{Pattern: "*", Type: "list"}}},
+		{"file format", StoreConfig{File: &FileConfig{Path: "rows.txt"}}},
+		{"file unknown format", StoreConfig{File: &FileConfig{Path: "rows.csv", Format: "xml"}}},
+		{"http format", StoreConfig{HTTP: &HTTPConfig{URL: "http://x", Format: "xml"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := OpenStore(context.Background(), tc.c)
+			if !errors.Is(err, ErrStore) {
+				t.Fatalf("OpenStore = %v, %v; want an ErrStore error", s, err)
+			}
+			if strings.Contains(err.Error(), "secret") {
+				t.Errorf("error %q repeats the password", err)
+			}
+		})
+	}
+}
+
+// TestStorePostgresTypes checks the value of each PostgreSQL type.
+func TestStorePostgresTypes(t *testing.T) {
+	conn := storeTestPGConn(t)
+	table := storeTestPGTable(t, conn, `id bigint, n numeric, n2 numeric(10,3), i2 smallint, f4 real, f8 double precision,
+		b boolean, t text, vc varchar(10), j json, jb jsonb, ts timestamp, tstz timestamptz, d date, u uuid,
+		by bytea, ia int[], na numeric[], ta text[], iv interval, nul text`)
+	storeTestExec(t, conn, `INSERT INTO `+table+` VALUES (42, 12.50, 1.5, -7, 0.1, 0.1,
+		true, 'x', 'y', '{"a": 1.10, "b": [null, "s"]}', '{"big": 12345678901234567890}', '2024-05-01 10:00:00.5',
+		'2024-05-01 12:00:00+02', '2024-05-01', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11',
+		'\x00ff10', '{1,2}', '{1.50,NULL}', '{"a b",c}', '1 day 2 hours', NULL),
+		(-1, 'NaN', 0, 0, 'Infinity', '-1e-7', false, '', '', 'null', '[]', 'infinity', '-infinity', '2024-01-01', NULL,
+		'', '{}', '{}', '{}', '0', NULL)`)
+	s, err := OpenStore(context.Background(), StoreConfig{Postgres: &PostgresConfig{DSN: storeTestPG(), Table: strings.Trim(table, `"`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	got := map[string]any{}
+	if err := s.Scan(context.Background(), func(r Row) error { got[r.Key] = r.Value; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{
+		"42": map[string]any{
+			"n": json.Number("12.50"), "n2": json.Number("1.500"), "i2": json.Number("-7"),
+			"f4": json.Number("0.1"), "f8": json.Number("0.1"), "b": true, "t": "x", "vc": "y",
+			"j":    map[string]any{"a": json.Number("1.10"), "b": []any{nil, "s"}},
+			"jb":   map[string]any{"big": json.Number("12345678901234567890")},
+			"ts":   "2024-05-01T10:00:00.5Z",
+			"tstz": "2024-05-01T10:00:00Z",
+			"d":    "2024-05-01",
+			"u":    "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+			"by":   "AP8Q",
+			"ia":   []any{json.Number("1"), json.Number("2")},
+			"na":   []any{json.Number("1.50"), nil},
+			"ta":   []any{"a b", "c"},
+			"iv":   "1 day 02:00:00",
+			"nul":  nil,
+		},
+		"-1": map[string]any{
+			"n": "NaN", "n2": json.Number("0.000"), "i2": json.Number("0"),
+			"f4": "Infinity", "f8": json.Number("-1e-7"), "b": false, "t": "", "vc": "",
+			"j": nil, "jb": []any{}, "ts": "infinity", "tstz": "-infinity", "d": "2024-01-01", "u": nil,
+			"by": "", "ia": []any{}, "na": []any{}, "ta": []any{}, "iv": "00:00:00", "nul": nil,
+		},
+	}
+	for k, w := range want {
+		g := got[k].(map[string]any)
+		for f, wv := range w.(map[string]any) {
+			if gv := g[f]; !reflect.DeepEqual(gv, wv) {
+				t.Errorf("key %s column %s: got %#v, want %#v", k, f, gv, wv)
+			}
+		}
+		if len(g) != len(w.(map[string]any)) {
+			t.Errorf("key %s: %d columns, want %d", k, len(g), len(w.(map[string]any)))
+		}
+	}
+	if len(got) != 2 {
+		t.Errorf("got %d rows, want 2", len(got))
+	}
+
+	// One value column: the value itself; a uuid key by its text.
+	s2, err := OpenStore(context.Background(), StoreConfig{Postgres: &PostgresConfig{DSN: storeTestPG(),
+		Query: "SELECT u, n FROM " + table + " WHERE u IS NOT NULL"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	var rows []Row
+	if err := s2.Scan(context.Background(), func(r Row) error { rows = append(rows, r); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if w := []Row{{Key: "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", Value: json.Number("12.50")}}; !reflect.DeepEqual(rows, w) {
+		t.Errorf("got %#v, want %#v", rows, w)
+	}
+}
+
+func TestStoreExpandEnv(t *testing.T) {
+	t.Setenv("AUDITD_TEST_A", "x$y")
+	for in, want := range map[string]string{
+		"":                          "",
+		"plain":                     "plain",
+		"${AUDITD_TEST_A}":          "x$y",
+		"a${AUDITD_TEST_A}b":        "ax$yb",
+		"${AUDITD_TEST_UNSET}-":     "-",
+		"pa$$word $HOME $1":         "pa$$word $HOME $1",
+		"${not a name} ${":          "${not a name} ${",
+		"${AUDITD_TEST_A}${}${A-B}": "x$y${}${A-B}",
+	} {
+		if got := expandEnv(in); got != want {
+			t.Errorf("expandEnv(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestStoreScalarText(t *testing.T) {
+	for in, want := range map[string]any{
+		"12.50": json.Number("12.50"), "-3": json.Number("-3"), "0": json.Number("0"), "1e9": json.Number("1e9"),
+		"-0.5E-3": json.Number("-0.5E-3"), "9007199254740993": json.Number("9007199254740993"),
+		"012": "012", "+1": "+1", " 7": " 7", "7 ": "7 ", "NaN": "NaN", "1.": "1.", ".5": ".5", "1e": "1e",
+		"-": "-", "": "", "0x10": "0x10", "1_000": "1_000", "abc": "abc",
+	} {
+		if got := scalarText(in); got != want {
+			t.Errorf("scalarText(%q) = %#v, want %#v", in, got, want)
+		}
+	}
+}
+
+func TestStoreFormatFloat(t *testing.T) {
+	for _, f := range []float64{0, 1, -2.5, 0.1, 1.0 / 3, 1e20, 1e21, 1e-6, 1e-7, 123456789, 5e-324, 1.7976931348623157e308} {
+		b, _ := json.Marshal(f)
+		if got := formatFloat(f, 64); got != json.Number(b) {
+			t.Errorf("formatFloat(%v) = %v, want %s as encoding/json", f, got, b)
+		}
+	}
+	if got := formatFloat(float64(float32(0.1)), 32); got != json.Number("0.1") {
+		t.Errorf("formatFloat(float32 0.1) = %v, want 0.1", got)
+	}
+}

@@ -50,6 +50,8 @@ type Options struct {
 	// SourceStatus, if set, reports how a log is fed (a Kafka partition's
 	// position, gaps, conflicts and lag), shown by GET /v1/logs/{log}.
 	SourceStatus func(log string) (any, bool)
+	// Derivations serves /v1/derivations, if set.
+	Derivations Derivations
 	// Ready, if set, is asked by /readyz: an error means not ready (for
 	// example a Kafka source that cannot reach its brokers).
 	Ready func() error
@@ -129,6 +131,7 @@ func (s *Server) routes() http.Handler {
 		r.With(s.auth(false)).Get("/verifier", s.getVerifier)
 		r.With(s.auth(false)).Get("/logs", s.listLogs)
 		r.With(s.auth(false)).Route("/alerts", s.alertRoutes)
+		r.Route("/derivations", s.derivationRoutes)
 		r.Route("/logs/{log}", func(r chi.Router) {
 			r.With(s.auth(true)).Post("/entries", s.postEntries)
 			r.Group(func(r chi.Router) {

@@ -77,6 +77,35 @@ type Config struct {
 	// are documented in docs/kafka.md; the --kafka-* flags override them.
 	// AUDITD_KAFKA_SASL_PASSWORD overrides kafka.sasl.password.
 	Kafka *ingest.KafkaConfig `yaml:"kafka"`
+	// Derivations are derivation spec files (YAML with CEL expressions, see
+	// docs/derivations.md). The daemon folds each derivation over the
+	// ledger on its schedule, compares the result with its derived store,
+	// and raises alerts on confirmed drift. --derivations adds files.
+	Derivations []string `yaml:"derivations"`
+	// DerivationWorkers is the fold parallelism (default: the number of
+	// CPUs).
+	DerivationWorkers int `yaml:"derivation_workers"`
+	// Webhooks receive every alert change as an Alertmanager webhook (v4)
+	// message, so receivers written for Alertmanager work unchanged.
+	Webhooks []WebhookConfig `yaml:"webhooks"`
+	// ExternalURL is this auditd's base URL as alert receivers reach it
+	// (alerts link to ExternalURL/v1/alerts/...). Default http://LISTEN.
+	ExternalURL string `yaml:"external_url"`
+}
+
+// WebhookConfig is an alert webhook receiver.
+type WebhookConfig struct {
+	// Name identifies the receiver (default webhook-N).
+	Name string `yaml:"name"`
+	// URL receives POSTs of Alertmanager webhook messages.
+	URL string `yaml:"url"`
+	// Headers are added to each request; ${VAR} is expanded from the
+	// environment (for example Authorization: Bearer ${TOKEN}).
+	Headers map[string]string `yaml:"headers"`
+	// Timeout bounds one request (default 10s); MaxRetries bounds retries
+	// of network errors, 5xx and 429 (default 5), with exponential backoff.
+	Timeout    time.Duration `yaml:"timeout"`
+	MaxRetries int           `yaml:"max_retries"`
 }
 
 func defaultConfig() Config {
@@ -158,6 +187,11 @@ func bindFlags(fs *flag.FlagSet, c *Config) {
 	fs.StringVar(&c.DebugListen, "debug-listen", c.DebugListen, "serve /debug/pprof on this address (off when empty)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")
+	fs.Func("derivations", "derivation spec file to check (repeatable; adds to the config's derivations)", func(v string) error {
+		c.Derivations = append(c.Derivations, v)
+		return nil
+	})
+	fs.IntVar(&c.DerivationWorkers, "derivation-workers", c.DerivationWorkers, "fold parallelism (default: the number of CPUs)")
 }
 
 // kafkaFlags are the --kafka-* flags; apply copies those given onto the

@@ -109,6 +109,15 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 	for _, c := range store.Collectors() {
 		auditdReg.MustRegister(c)
 	}
+	alerts, err := openAlerts(store, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer alerts.Close()
+	for _, c := range alerts.Collectors() {
+		auditdReg.MustRegister(c)
+	}
+
 	var kafka *ingest.Kafka
 	if cfg.Kafka != nil {
 		if kafka, err = ingest.NewKafka(store, *cfg.Kafka, logger); err != nil {
@@ -117,6 +126,7 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 		for _, c := range kafka.Collectors() {
 			auditdReg.MustRegister(c)
 		}
+		kafka.OnViolation = func(v ingest.Violation) { raiseViolation(alerts, v, logger) }
 		kctx, cancel := context.WithCancel(context.Background())
 		kdone := make(chan struct{})
 		go func() {
@@ -139,6 +149,22 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 		WriteToken: cfg.WriteToken, ReadToken: cfg.ReadToken, CreateLogs: cfg.CreateLogs == nil || *cfg.CreateLogs,
 		MaxConcurrentWrites: cfg.MaxConcurrentWrites, WaitTimeout: cfg.WaitTimeout, Logger: logger,
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+	}
+	opts.Alerts = alerts
+	dctx, dcancel := context.WithCancel(context.Background())
+	daemon, ddone, err := startDerivations(dctx, store, cfg, alerts, auditdReg, logger)
+	if err != nil {
+		dcancel()
+		return err
+	}
+	if daemon != nil {
+		opts.Derivations = daemon
+		defer func() { // runs before the ledger closes
+			dcancel()
+			<-ddone
+		}()
+	} else {
+		dcancel()
 	}
 	if kafka != nil {
 		opts.SourceStatus = func(log string) (any, bool) { return kafka.Status(log) }

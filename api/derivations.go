@@ -1,0 +1,91 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/auditd/auditd/rederive"
+)
+
+// Derivations is what the API needs of the derivation daemon.
+type Derivations interface {
+	Jobs() []rederive.JobInfo
+	Latest(name string) (*rederive.Report, error)
+	Trigger(name string, full bool) error
+}
+
+var _ Derivations = (*rederive.Daemon)(nil)
+
+// derivationRoutes serves /v1/derivations: the configured derivations,
+// their latest reports, and on-demand runs.
+func (s *Server) derivationRoutes(r chi.Router) {
+	r.With(s.auth(false)).Get("/", s.listDerivations)
+	r.With(s.auth(false)).Get("/{name}/runs/latest", s.latestRun)
+	r.With(s.auth(true)).Post("/{name}/run", s.triggerRun)
+}
+
+func (s *Server) derivations(w http.ResponseWriter) (Derivations, bool) {
+	if s.opts.Derivations == nil {
+		writeError(w, http.StatusNotFound, "no_derivations", "this auditd checks no derivations (configure derivations: spec files)", nil)
+		return nil, false
+	}
+	return s.opts.Derivations, true
+}
+
+func (s *Server) listDerivations(w http.ResponseWriter, r *http.Request) {
+	d, ok := s.derivations(w)
+	if !ok {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"derivations": d.Jobs()})
+}
+
+func (s *Server) latestRun(w http.ResponseWriter, r *http.Request) {
+	d, ok := s.derivations(w)
+	if !ok {
+		return
+	}
+	name := chi.URLParam(r, "name")
+	rep, err := d.Latest(name)
+	switch {
+	case errors.Is(err, rederive.ErrUnknownDerivation):
+		writeError(w, http.StatusNotFound, "unknown_derivation", "no derivation named "+strconv.Quote(name), nil)
+	case err != nil:
+		s.writeErr(w, r, err)
+	case rep == nil:
+		writeError(w, http.StatusNotFound, "no_run_yet", "derivation "+strconv.Quote(name)+" has not run yet", nil)
+	default:
+		writeJSON(w, http.StatusOK, rep)
+	}
+}
+
+// triggerRun queues a run (?full=true folds from zero) and answers 202; the
+// report appears at runs/latest when it is done.
+func (s *Server) triggerRun(w http.ResponseWriter, r *http.Request) {
+	d, ok := s.derivations(w)
+	if !ok {
+		return
+	}
+	name := chi.URLParam(r, "name")
+	full := false
+	if v := r.URL.Query().Get("full"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "invalid_parameter", "full: want true or false", nil)
+			return
+		}
+		full = b
+	}
+	if err := d.Trigger(name, full); errors.Is(err, rederive.ErrUnknownDerivation) {
+		writeError(w, http.StatusNotFound, "unknown_derivation", "no derivation named "+strconv.Quote(name), nil)
+		return
+	} else if err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, map[string]any{"derivation": name, "full": full, "status": "queued",
+		"report": "/v1/derivations/" + name + "/runs/latest"})
+}

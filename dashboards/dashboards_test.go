@@ -1,0 +1,148 @@
+// Package dashboards_test checks that the Grafana dashboard and the
+// Prometheus alert rules shipped here refer only to metrics auditd exports.
+package dashboards_test
+
+import (
+	"crypto/rand"
+	"encoding/json"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/mod/sumdb/note"
+
+	"github.com/auditd/auditd/alert"
+	"github.com/auditd/auditd/api"
+	"github.com/auditd/auditd/ingest"
+	"github.com/auditd/auditd/ledger"
+	"github.com/auditd/auditd/rederive"
+)
+
+// exported returns the names of every series auditd's components export,
+// with the auditd_ prefix main registers them under.
+func exported(t *testing.T) map[string]bool {
+	skey, vkey, err := note.GenerateKey(rand.Reader, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, _ := note.NewSigner(skey)
+	verifier, _ := note.NewVerifier(vkey)
+	store, err := ledger.Open(t.TempDir(), signer, verifier)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	kv, err := store.Bucket("alerts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	alerts, err := alert.NewManager(kv, alert.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { alerts.Close() })
+	kafka, err := ingest.NewKafka(store, ingest.KafkaConfig{Brokers: []string{"127.0.0.1:1"}, Topics: []string{"t"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cs []prometheus.Collector
+	cs = append(cs, store.Collectors()...)
+	cs = append(cs, kafka.Collectors()...)
+	cs = append(cs, rederive.NewMetrics().Collectors()...)
+	cs = append(cs, alerts.Collectors()...)
+	cs = append(cs, api.New(store, vkey, api.Options{}).Collectors()...)
+	names := map[string]bool{}
+	re := regexp.MustCompile(`fqName: "([^"]+)"`)
+	for _, c := range cs {
+		ch := make(chan *prometheus.Desc, 16)
+		go func() { c.Describe(ch); close(ch) }()
+		for d := range ch {
+			m := re.FindStringSubmatch(d.String())
+			if m == nil {
+				t.Fatalf("cannot read the name of %s", d)
+			}
+			n := "auditd_" + m[1]
+			names[n] = true
+			for _, s := range []string{"_bucket", "_sum", "_count"} {
+				names[n+s] = true
+			}
+		}
+	}
+	return names
+}
+
+var metricRef = regexp.MustCompile(`\bauditd_[a-z0-9_]+`)
+
+func checkRefs(t *testing.T, file, text string, names map[string]bool) int {
+	n := 0
+	for _, ref := range metricRef.FindAllString(text, -1) {
+		n++
+		if !names[ref] {
+			var known []string
+			for k := range names {
+				if !strings.HasSuffix(k, "_bucket") && !strings.HasSuffix(k, "_sum") && !strings.HasSuffix(k, "_count") {
+					known = append(known, k)
+				}
+			}
+			sort.Strings(known)
+			t.Errorf("%s refers to %s, which auditd does not export (it exports %s)", file, ref, strings.Join(known, ", "))
+		}
+	}
+	return n
+}
+
+func TestDashboardMetricsExist(t *testing.T) {
+	names := exported(t)
+	b, err := os.ReadFile("auditd.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		UID    string `json:"uid"`
+		Panels []struct {
+			Type    string `json:"type"`
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatalf("auditd.json is not valid JSON: %v", err)
+	}
+	if d.UID == "" || len(d.Panels) == 0 {
+		t.Fatalf("auditd.json: uid %q, %d panels", d.UID, len(d.Panels))
+	}
+	refs := 0
+	for _, p := range d.Panels {
+		if p.Type != "row" && len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, tg := range p.Targets {
+			refs += checkRefs(t, "auditd.json panel "+p.Title, tg.Expr, names)
+		}
+	}
+	if refs == 0 {
+		t.Fatal("the dashboard queries no auditd metric")
+	}
+}
+
+func TestAlertRuleMetricsExist(t *testing.T) {
+	names := exported(t)
+	b, err := os.ReadFile("alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var exprs []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), "#") {
+			exprs = append(exprs, line)
+		}
+	}
+	if checkRefs(t, "alerts.yml", strings.Join(exprs, "\n"), names) == 0 {
+		t.Fatal("the alert rules query no auditd metric")
+	}
+}

@@ -156,12 +156,14 @@ func NewManager(kv KV, opts Options) (*Manager, error) {
 	}
 	seen := make(map[string]bool)
 	for _, s := range opts.Sinks {
-		name := s.Name()
-		if seen[name] {
+		if seen[s.Name()] {
 			m.cancel()
-			return nil, fmt.Errorf("alert: two sinks named %q", name)
+			return nil, fmt.Errorf("alert: two sinks named %q", s.Name())
 		}
-		seen[name] = true
+		seen[s.Name()] = true
+	}
+	for _, s := range opts.Sinks {
+		name := s.Name()
 		sq := &sinkQueue{sink: s, name: name, q: make(chan Alert, opts.QueueSize), done: make(chan struct{})}
 		for _, r := range []string{"delivered", "failed", "dropped"} {
 			m.notifications.WithLabelValues(name, r)

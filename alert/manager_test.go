@@ -565,3 +565,54 @@ func ExampleManager_Sync() {
 	fmt.Println(a.ID, a.Kind, a.Subject, a.State)
 	// Output: drift/balances drift balances resolved
 }
+
+func TestDuplicateSinkNames(t *testing.T) {
+	_, err := alert.NewManager(newMemKV(), alert.Options{Logger: quiet,
+		Sinks: []alert.Sink{newRecordingSink("a"), newRecordingSink("a")}})
+	if err == nil {
+		t.Fatal("two sinks with one name accepted")
+	}
+}
+
+// FuzzFire checks that Fire either refuses an alert as invalid or stores
+// one that survives a reload and renders as valid JSON everywhere.
+func FuzzFire(f *testing.F) {
+	f.Add("drift/balances", "balances", "3 keys differ", "severity", "critical", `{"keys":[1,2]}`)
+	f.Add("integrity/payments.0/why?#%", "payments.0", "", "", "", "")
+	f.Add("stream", "x", "x", "id", "x", "null")
+	f.Add("a", "b\xff", "c", "__x", "y", `{"a":`)
+	f.Fuzz(func(t *testing.T, id, subject, summary, label, value, details string) {
+		kv := newMemKV()
+		m, err := alert.NewManager(kv, alert.Options{Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		a := alert.Alert{ID: id, Kind: alert.KindDrift, Subject: subject, Summary: summary}
+		if label != "" {
+			a.Labels = map[string]string{label: value}
+		}
+		if details != "" {
+			a.Details = json.RawMessage(details)
+		}
+		got, err := m.Fire(a)
+		if err != nil {
+			if !errors.Is(err, alert.ErrInvalid) {
+				t.Fatalf("Fire: %v, want ErrInvalid or success", err)
+			}
+			return
+		}
+		b, err := json.Marshal(got)
+		if err != nil || !json.Valid(b) {
+			t.Fatalf("stored alert does not marshal: %v", err)
+		}
+		m2, err := alert.NewManager(kv, alert.Options{Logger: quiet})
+		if err != nil {
+			t.Fatalf("reload: %v", err)
+		}
+		defer m2.Close()
+		if re, ok := m2.Get(id); !ok || !reflect.DeepEqual(re, got) {
+			t.Fatalf("reloaded %+v, stored %+v", re, got)
+		}
+	})
+}

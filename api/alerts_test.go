@@ -162,7 +162,6 @@ func TestAlertGet(t *testing.T) {
 	if !strings.Contains(string(r.body), `"alert_not_found"`) {
 		t.Errorf("unknown alert: %s", r.body)
 	}
-	env.get("/v1/alerts/bad%zzescape", http.StatusBadRequest)
 }
 
 func TestAlertsDisabled(t *testing.T) {
@@ -325,5 +324,28 @@ func TestAlertStream(t *testing.T) {
 	}
 	if ev, err := stream2.next(); err != io.EOF {
 		t.Errorf("after Close: %+v, %v; want EOF", ev, err)
+	}
+}
+
+func TestAlertStreamKeepalive(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits 15s for a keepalive; run without -short")
+	}
+	t.Parallel()
+	env, _ := newAlertEnv(t, api.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, stream := openStream(t, env, ctx)
+	defer res.Body.Close()
+	start := time.Now()
+	ev, err := stream.next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ev.comment || ev.event != "" || ev.data != "" {
+		t.Errorf("idle stream sent %+v, want a comment", ev)
+	}
+	if d := time.Since(start); d < 14*time.Second || d > 20*time.Second {
+		t.Errorf("keepalive after %v, want about 15s", d)
 	}
 }

@@ -194,6 +194,9 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	// Shutdown does not end open event streams (/v1/alerts/stream); closing
+	// the alert manager does.
+	hs.RegisterOnShutdown(func() { alerts.Close() })
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	addr := ln.Addr().String()

@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
@@ -149,6 +150,10 @@ type Kafka struct {
 	mu    sync.Mutex
 	parts map[string]*partition // by log name, while assigned
 	hwm   map[string]int64      // latest high watermark seen, by log name
+	// reread holds the logs whose topic was deleted and recreated: their
+	// partition is read from its first offset when next assigned, until it
+	// has caught up with the log, so every offset is compared with its leaf.
+	reread map[string]bool
 
 	health sync.Mutex
 	status error // nil when the brokers answer and the topics exist
@@ -163,7 +168,7 @@ func NewKafka(store *ledger.Store, cfg KafkaConfig, logger *slog.Logger) (*Kafka
 	if logger == nil {
 		logger = slog.Default()
 	}
-	k := &Kafka{cfg: cfg, store: store, log: logger, m: newKafkaMetrics(), parts: map[string]*partition{}, hwm: map[string]int64{},
+	k := &Kafka{cfg: cfg, store: store, log: logger, m: newKafkaMetrics(), parts: map[string]*partition{}, hwm: map[string]int64{}, reread: map[string]bool{},
 		status: errors.New("kafka: not connected yet")}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
@@ -266,8 +271,20 @@ func (k *Kafka) Run(ctx context.Context) error {
 			return nil
 		}
 		polled := time.Now()
+		var recreated map[string][]int32
 		fetches.EachError(func(topic string, p int32, err error) {
 			if errors.Is(err, context.Canceled) {
+				return
+			}
+			if errors.Is(err, kerr.UnknownTopicID) && topic != "" {
+				// The client returns this only once it persists: the
+				// topic was deleted (and maybe recreated). The client
+				// refuses a new topic under the old name until it is
+				// purged, so without this the partition stalls for good.
+				if recreated == nil {
+					recreated = map[string][]int32{}
+				}
+				recreated[topic] = append(recreated[topic], p)
 				return
 			}
 			k.m.fetchErrors.Inc()
@@ -294,6 +311,28 @@ func (k *Kafka) Run(ctx context.Context) error {
 			p.in <- batch{recs: fp.Records, hwm: fp.HighWatermark, polled: polled}
 		})
 		k.cl.AllowRebalance()
+		for topic, parts := range recreated {
+			k.recreated(topic, parts)
+		}
+	}
+}
+
+// recreated handles a topic that was deleted and maybe recreated: it
+// purges the topic from the client and subscribes to it again. The
+// partitions this instance held are then read from their first offset, so
+// that a record written again at an offset a log holds is compared with the
+// leaf there (a conflict if it differs).
+func (k *Kafka) recreated(topic string, parts []int32) {
+	k.log.Warn("kafka topic deleted or recreated: consuming it again from its first offset", "topic", topic, "partitions", parts)
+	k.setStatus(fmt.Errorf("kafka: topic %q was deleted or recreated", topic))
+	k.mu.Lock()
+	for _, p := range parts {
+		k.reread[LogName(topic, p)] = true
+	}
+	k.mu.Unlock()
+	k.cl.PurgeTopicsFromClient(topic)
+	if !k.cfg.TopicRegex {
+		k.cl.AddConsumeTopics(topic)
 	}
 }
 
@@ -382,12 +421,15 @@ func (k *Kafka) adjustOffsets(ctx context.Context, assigned map[string]map[int32
 				k.log.Error("kafka: cannot open the partition's log", "topic", topic, "partition", part, "err", err)
 				return nil, err
 			}
-			if p.pos.Next > 0 {
+			k.mu.Lock()
+			reread := k.reread[p.name]
+			k.mu.Unlock()
+			if p.pos.Next > 0 && !reread {
 				ps[part] = kgo.NewOffset().At(p.pos.Next).WithEpoch(-1)
 			} else {
 				ps[part] = kgo.NewOffset().AtStart()
 			}
-			k.log.Info("kafka partition assigned", "log", p.name, "from_offset", p.pos.Next)
+			k.log.Info("kafka partition assigned", "log", p.name, "from_offset", p.pos.Next, "reread", reread)
 		}
 	}
 	return assigned, nil
@@ -525,6 +567,17 @@ func (p *partition) stop() {
 	<-p.done
 }
 
+// caughtUp ends a re-read of the partition (see Kafka.reread): it has
+// reached the log's position.
+func (p *partition) caughtUp() {
+	p.k.mu.Lock()
+	if p.k.reread[p.name] {
+		delete(p.k.reread, p.name)
+		p.k.log.Info("kafka partition re-read up to the log's position", "log", p.name, "next_offset", p.pos.Next)
+	}
+	p.k.mu.Unlock()
+}
+
 func (p *partition) updateLag(hwm int64) {
 	p.mu.Lock()
 	next := p.pos.Next
@@ -545,6 +598,9 @@ func (p *partition) run() {
 				for range p.in {
 				}
 				return
+			}
+			if p.pos.Next <= b.recs[n-1].Offset+1 {
+				p.caughtUp()
 			}
 			b.recs = b.recs[n:]
 		}
@@ -583,25 +639,26 @@ func (p *partition) append(recs []*kgo.Record) error {
 	if last == nil && len(pos.Conflicted) == len(p.pos.Conflicted) && pos.Conflicts == p.pos.Conflicts {
 		return nil
 	}
-	var tries map[int]int // by entry: the fallback ids tried
-	for attempt := 0; ; attempt++ {
+	var tries []int // by entry: the fallback ids tried
+	for {
 		_, err := p.log.AppendSource(ctx, entries, pos.encode())
 		var ce *ledger.ConflictError
-		if errors.As(err, &ce) && attempt <= 2*len(entries)+maxFallbackIDs {
+		if errors.As(err, &ce) {
 			// The id is taken by an earlier record of the partition (a
 			// producer retry, a reused id): ledger this record under its
 			// position instead, marked. If a producer took that id too,
 			// number it. Deterministic: it depends only on the partition's
-			// earlier records.
+			// earlier records. Each retry moves one entry to its next id,
+			// so this ends.
 			e := &entries[ce.Item]
 			if tries == nil {
-				tries = map[int]int{}
+				tries = make([]int, len(entries))
 			}
 			if tries[ce.Item] == 0 {
 				e.Marks |= merkle.MarkDuplicateID
 				p.k.m.dupIDs.WithLabelValues(p.name).Inc()
 			}
-			id, ok := fallbackID(e, &tries, ce.Item)
+			id, ok := fallbackID(e, &tries[ce.Item])
 			if !ok {
 				return err
 			}
@@ -617,6 +674,13 @@ func (p *partition) append(recs []*kgo.Record) error {
 	p.pos = pos
 	p.mu.Unlock()
 	if last != nil {
+		flagged := 0
+		for i := range entries {
+			if entries[i].Marks&^merkle.MarkDuplicateID != 0 {
+				flagged++
+			}
+		}
+		p.k.m.flagged.Add(float64(flagged))
 		p.consumed.Add(float64(len(entries)))
 		p.bytes.Add(float64(nbytes))
 		// The group offset follows the ledger, never leads it.
@@ -728,33 +792,27 @@ func (k *Kafka) entry(r *kgo.Record) ledger.Entry {
 			e.Marks |= merkle.MarkNotJSON
 		}
 	}
-	if e.Marks != 0 {
-		k.m.flagged.Inc()
-	}
 	return e
 }
 
 // maxFallbackIDs bounds the numbered ids fallbackID tries for one record.
 const maxFallbackIDs = 16
 
-// fallbackID returns the next id to try for entry i, whose id is taken:
-// its position id, then the position id numbered "#1", "#2"..., skipping
-// the id it has now.
-func fallbackID(e *ledger.Entry, tries *map[int]int, i int) (string, bool) {
-	for {
-		n := (*tries)[i]
-		if n > maxFallbackIDs {
-			return "", false
-		}
-		(*tries)[i] = n + 1
+// fallbackID returns the next id to try for e, whose id is taken: its
+// position id, then the position id numbered "#1", "#2"..., skipping the id
+// it has now. *n counts the ids tried.
+func fallbackID(e *ledger.Entry, n *int) (string, bool) {
+	for *n <= maxFallbackIDs {
 		id := positionID(e.Source)
-		if n > 0 {
-			id += "#" + strconv.Itoa(n)
+		if *n > 0 {
+			id += "#" + strconv.Itoa(*n)
 		}
+		*n++
 		if id != e.ID {
 			return id, true
 		}
 	}
+	return "", false
 }
 
 // positionID is the id of a record whose producer gave none.

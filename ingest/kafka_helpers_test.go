@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -293,6 +294,17 @@ func (s *source) stop() {
 	})
 }
 
+// running reports whether Run has not returned.
+func (s *source) running() bool {
+	select {
+	case err := <-s.done:
+		s.done <- err
+		return false
+	default:
+		return true
+	}
+}
+
 func (s *source) seenViolations() []ingest.Violation {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -362,16 +374,6 @@ func logSize(store *ledger.Store, name string) uint64 {
 		return 0
 	}
 	return l.Size()
-}
-
-// waitSize waits until the named log holds n entries.
-func waitSize(t *testing.T, store *ledger.Store, name string, n uint64) {
-	t.Helper()
-	waitFor(t, fmt.Sprintf("log %s to hold %d entries", name, n), func() bool { return logSize(store, name) >= n },
-		func() string { return fmt.Sprintf("it holds %d", logSize(store, name)) })
-	if got := logSize(store, name); got != n {
-		t.Fatalf("log %s holds %d entries, want %d", name, got, n)
-	}
 }
 
 // waitNext waits until the named log's position is at next.
@@ -554,4 +556,51 @@ func checkEntry(t *testing.T, r *ledger.Record, k *kgo.Record, w wantEntry) {
 // positionID is the id the source gives a record without an id header.
 func positionID(topic string, part int32, off int64) string {
 	return fmt.Sprintf("%s/%d/%d", topic, part, off)
+}
+
+// equalPositions compares two positions field by field.
+func equalPositions(a, b *ingest.Position) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Topic == b.Topic && a.Partition == b.Partition && a.Next == b.Next &&
+		a.GapOffsets == b.GapOffsets && a.GapCount == b.GapCount && slices.Equal(a.Gaps, b.Gaps) &&
+		a.Conflicts == b.Conflicts && slices.Equal(a.Conflicted, b.Conflicted)
+}
+
+// numberedWant is the entry a record of numbered becomes.
+func numberedWant(r *kgo.Record) wantEntry {
+	w := wantEntry{id: positionID(r.Topic, r.Partition, r.Offset), json: true}
+	for _, h := range r.Headers {
+		if h.Key == "id" {
+			w.id = string(h.Value)
+		}
+	}
+	return w
+}
+
+// waitConflicts waits until the named log's position records n conflicts.
+func waitConflicts(t *testing.T, store *ledger.Store, name string, n int64) {
+	t.Helper()
+	var pos *ingest.Position
+	waitFor(t, fmt.Sprintf("%d conflicts in %s", n, name), func() bool {
+		pos = position(t, store, name)
+		return pos != nil && pos.Conflicts >= n
+	}, func() string { return fmt.Sprintf("position %+v", pos) })
+}
+
+// leafHash is the hash of the leaf a record with the given id becomes
+// (no marks).
+func leafHash(t *testing.T, r *kgo.Record, id string) merkle.Hash {
+	t.Helper()
+	l := merkle.Leaf{Log: ingest.LogName(r.Topic, r.Partition), ID: id, HasKey: r.Key != nil, Key: r.Key, Time: r.Timestamp.UnixNano(),
+		Source: &merkle.Source{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}, PayloadSHA256: sha256.Sum256(r.Value)}
+	for _, h := range r.Headers {
+		l.Headers = append(l.Headers, merkle.Header{Key: h.Key, Value: h.Value})
+	}
+	h, err := l.Hash()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
 }

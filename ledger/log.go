@@ -500,9 +500,14 @@ func (l *Log) resolve(r *appendReq, pending map[string]*item, fresh *[]*item) er
 		}
 		if ok {
 			if !sameContent(&prior.leaf, &it.leaf) {
-				l.s.metrics.violations.WithLabelValues(l.name, "id_conflict").Inc()
 				l.s.metrics.conflicts.WithLabelValues(l.name, "id_conflict").Inc()
-				l.s.log.Warn("integrity violation: event id reused with different content", "log", l.name, "id", it.leaf.ID, "index", prior.index)
+				if r.source == nil {
+					// A source that tracks its position (Kafka) resolves
+					// reused ids itself: a producer retry is not a
+					// violation of what the log holds.
+					l.s.metrics.violations.WithLabelValues(l.name, "id_conflict").Inc()
+					l.s.log.Warn("integrity violation: event id reused with different content", "log", l.name, "id", it.leaf.ID, "index", prior.index)
+				}
 				return &ConflictError{Log: l.name, ID: it.leaf.ID, Index: prior.index, Item: i, EarlierItem: -1}
 			}
 			a.Index, a.LeafHash, a.Duplicate = prior.index, prior.hash, true

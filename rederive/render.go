@@ -5,6 +5,7 @@ import (
 	"encoding/xml"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 )
@@ -91,26 +92,34 @@ type junitSuites struct {
 	Tests   int          `xml:"tests,attr"`
 	Fails   int          `xml:"failures,attr"`
 	Errors  int          `xml:"errors,attr"`
-	Time    float64      `xml:"time,attr"`
+	Time    junitSeconds `xml:"time,attr"`
 	Suites  []junitSuite `xml:"testsuite"`
 }
 
 type junitSuite struct {
-	Name   string      `xml:"name,attr"`
-	Tests  int         `xml:"tests,attr"`
-	Fails  int         `xml:"failures,attr"`
-	Errors int         `xml:"errors,attr"`
-	Time   float64     `xml:"time,attr"`
-	Cases  []junitCase `xml:"testcase"`
+	Name   string       `xml:"name,attr"`
+	Tests  int          `xml:"tests,attr"`
+	Fails  int          `xml:"failures,attr"`
+	Errors int          `xml:"errors,attr"`
+	Time   junitSeconds `xml:"time,attr"`
+	Cases  []junitCase  `xml:"testcase"`
 }
 
 type junitCase struct {
 	Name      string        `xml:"name,attr"`
 	Classname string        `xml:"classname,attr"`
-	Time      float64       `xml:"time,attr"`
+	Time      junitSeconds  `xml:"time,attr"`
 	Failure   *junitMessage `xml:"failure,omitempty"`
 	Error     *junitMessage `xml:"error,omitempty"`
 	SystemOut string        `xml:"system-out,omitempty"`
+}
+
+// junitSeconds is a duration in seconds written as a plain decimal
+// ("0.000", never "4e-05"): JUnit's schema types time as xs:decimal.
+type junitSeconds float64
+
+func (s junitSeconds) MarshalXMLAttr(name xml.Name) (xml.Attr, error) {
+	return xml.Attr{Name: name, Value: strconv.FormatFloat(float64(s), 'f', 3, 64)}, nil
 }
 
 type junitMessage struct {
@@ -123,7 +132,7 @@ type junitMessage struct {
 func WriteJUnit(w io.Writer, reports []*Report) error {
 	s := junitSuite{Name: "auditd verify"}
 	for _, r := range reports {
-		c := junitCase{Name: r.Derivation, Classname: "auditd.derivations", Time: r.Seconds}
+		c := junitCase{Name: r.Derivation, Classname: "auditd.derivations", Time: junitSeconds(r.Seconds)}
 		var detail strings.Builder
 		_ = WriteTable(&detail, []*Report{r})
 		switch r.State {
@@ -138,7 +147,7 @@ func WriteJUnit(w io.Writer, reports []*Report) error {
 			c.SystemOut = detail.String()
 		}
 		s.Tests++
-		s.Time += r.Seconds
+		s.Time += junitSeconds(r.Seconds)
 		s.Cases = append(s.Cases, c)
 	}
 	out := junitSuites{Name: "auditd", Tests: s.Tests, Fails: s.Fails, Errors: s.Errors, Time: s.Time, Suites: []junitSuite{s}}

@@ -128,6 +128,13 @@ func (r *RemoteLedger) Pin(ctx context.Context, log string) (Pin, bool, error) {
 		return Pin{}, false, fmt.Errorf("%w: %v", ErrVerification, err)
 	}
 	if err != nil {
+		// A log signs its first checkpoint after its first append: an
+		// empty log has none yet, which is no error (as for LocalLedger).
+		// Trusting the server that it is empty is no weaker than trusting
+		// its list of logs.
+		if es, eerr := r.Client.Entries(ctx, log, 0, 1); eerr == nil && len(es) == 0 {
+			return Pin{}, false, nil
+		}
 		return Pin{}, false, err
 	}
 	return Pin{Log: log, Size: cp.Size, Root: cp.Root, Checkpoint: string(note)}, true, nil
@@ -274,7 +281,8 @@ func (l *remoteLog) Entries(ctx context.Context, from, to uint64, fn func(*ledge
 }
 
 // pinBelow returns a pin of log at size (below the latest pin p), its root
-// computed by the ledger and, remotely, proven consistent with p.
+// computed by the ledger and, remotely, proven consistent with p. The pin
+// names p's signed checkpoint, which the evidence of a run rests on.
 func pinBelow(ctx context.Context, lg Ledger, log string, size uint64, p Pin) (Pin, error) {
 	if size >= p.Size {
 		return p, nil
@@ -289,7 +297,7 @@ func pinBelow(ctx context.Context, lg Ledger, log string, size uint64, p Pin) (P
 		if err != nil {
 			return Pin{}, err
 		}
-		return Pin{Log: log, Size: size, Root: root}, nil
+		return Pin{Log: log, Size: size, Root: root, Checkpoint: p.Checkpoint}, nil
 	default:
 		// Remotely the entries below size are checked while they are read:
 		// their tree must be a prefix of p's (a consistency proof). The pin

@@ -91,11 +91,12 @@ Exit status:
 			want[n] = true
 		}
 	}
+	found := map[string]bool{}
 	for _, s := range specs {
 		if len(want) > 0 && !want[s.Name] {
 			continue
 		}
-		delete(want, s.Name)
+		found[s.Name] = true
 		d, err := rederive.Compile(s)
 		if err != nil {
 			return fail(exitError, "%v", err)
@@ -103,7 +104,9 @@ Exit status:
 		jobs = append(jobs, rederive.Job{Spec: s, Derivation: d})
 	}
 	for n := range want {
-		return fail(exitError, "--only: no derivation %q in %s", n, *config)
+		if !found[n] {
+			return fail(exitError, "--only: no derivation %q in %s", n, *config)
+		}
 	}
 	if len(jobs) == 0 {
 		return fail(exitError, "%s declares no derivations", *config)

@@ -183,10 +183,18 @@ func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
 	// The spans to fold: up to the store's watermark when it reports one,
 	// else up to the checkpoint.
 	var spans, fullSpans []Span
-	for _, cp := range cps {
+	for i, cp := range cps {
 		pin := cp
 		if hasMarks {
 			wm := marks[cp.Log]
+			if wm > cp.Size {
+				// The store applied entries not signed yet: judged at the
+				// older checkpoint, its newer values would be drift.
+				if cp, err = r.awaitPin(ctx, cp, wm); err != nil {
+					return fail(ledgerKind(err), fmt.Errorf("checkpoint of %s: %w", cp.Log, err))
+				}
+				cps[i], pin = cp, cp
+			}
 			if wm < cp.Size {
 				if pin, err = pinBelow(ctx, r.Ledger, cp.Log, wm, cp); err != nil {
 					return fail(ledgerKind(err), err)
@@ -274,7 +282,7 @@ func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
 	rep.Stats = stats
 
 	r.classify(rep, spec, res, drifts, hasMarks, now())
-	if err := r.attachLineage(ctx, rep, spec, d, fullSpans, opts); err != nil {
+	if err := r.attachLineage(ctx, rep, spec, d, fullSpans, cps, opts); err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -296,6 +304,34 @@ func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
 	logger.Info("derivation checked", "derivation", rep.Derivation, "mode", rep.Mode, "state", rep.State,
 		"events", rep.Events, "keys", rep.Keys, "confirmed", rep.Confirmed, "pending", rep.Pending, "seconds", rep.Seconds)
 	return rep, nil
+}
+
+// aheadWait bounds how long a run waits for a checkpoint that covers a
+// store's watermark; one is signed within a checkpoint interval of an
+// append.
+const aheadWait = 5 * time.Second
+
+// awaitPin waits up to aheadWait for a signed checkpoint of p's log of at
+// least size and returns it, or the latest one seen if none comes.
+func (r *Runner) awaitPin(ctx context.Context, p Pin, size uint64) (Pin, error) {
+	deadline := time.Now().Add(aheadWait)
+	for wait := 10 * time.Millisecond; p.Size < size && time.Now().Before(deadline); wait = min(2*wait, 200*time.Millisecond) {
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return p, ctx.Err()
+		case <-t.C:
+		}
+		np, ok, err := r.Ledger.Pin(ctx, p.Log)
+		if err != nil {
+			return p, err
+		}
+		if ok && np.Size >= p.Size {
+			p = np
+		}
+	}
+	return p, nil
 }
 
 // continues reports whether base can be continued to spans: same
@@ -422,7 +458,8 @@ func (r *Runner) classify(rep *Report, spec *Spec, res *Result, drifts []Drift, 
 	}
 	byKey(confirmed)
 	byKey(pending)
-	rep.Drift = append(confirmed, pending...)
+	// Never nil: a clean report lists "drift": [], not null.
+	rep.Drift = append(append(make([]DriftReport, 0, len(confirmed)+len(pending)), confirmed...), pending...)
 	if len(rep.Drift) > MaxReportedDrift {
 		rep.Drift = rep.Drift[:MaxReportedDrift]
 	}
@@ -435,8 +472,9 @@ func (r *Runner) classify(rep *Report, spec *Spec, res *Result, drifts []Drift, 
 }
 
 // attachLineage collects, for the reported drifted keys, the last entries
-// that produced their expected values, each with its inclusion proof.
-func (r *Runner) attachLineage(ctx context.Context, rep *Report, spec *Spec, d Derivation, spans []Span, opts FoldOptions) error {
+// that produced their expected values, each with its inclusion proof in
+// the signed checkpoint (of cps) its span was read under.
+func (r *Runner) attachLineage(ctx context.Context, rep *Report, spec *Spec, d Derivation, spans []Span, cps []Pin, opts FoldOptions) error {
 	n := spec.Lineage
 	if n <= 0 || len(rep.Drift) == 0 {
 		return nil
@@ -459,29 +497,18 @@ func (r *Runner) attachLineage(ctx context.Context, rep *Report, spec *Spec, d D
 	if err != nil {
 		return err
 	}
-	pins := map[string]Pin{}
-	for _, s := range spans {
-		pins[s.Pin.Log] = s.Pin
+	signed := map[string]Pin{}
+	for _, cp := range cps {
+		signed[cp.Log] = cp
 	}
-	cps := map[string]Pin{}
 	for i := range rep.Drift {
 		dr := &rep.Drift[i]
 		for _, ref := range lin[dr.Key] {
-			p := pins[ref.Log]
-			// Prove against the signed checkpoint the span was read under
-			// when the pin is a watermark below it.
-			proveAt := p
-			if p.Root == (merkle.Hash{}) {
-				cp, ok := cps[ref.Log]
-				if !ok {
-					var err error
-					if cp, _, err = r.Ledger.Pin(ctx, ref.Log); err != nil {
-						return err
-					}
-					cps[ref.Log] = cp
-				}
-				proveAt = cp
-			}
+			// Prove against the signed checkpoint the span was read under,
+			// also when the store's watermark pinned the span below it: a
+			// root computed at the watermark is signed by no one, and a
+			// checkpoint fetched now may not be the one the pin names.
+			proveAt := signed[ref.Log]
 			proof, err := r.Ledger.Prove(ctx, ref.Log, ref.Index, proveAt)
 			if err != nil {
 				return err

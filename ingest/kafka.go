@@ -374,6 +374,11 @@ func (k *Kafka) check(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := k.cl.Ping(ctx); err != nil {
+		if k.cfg.SASL != nil || k.cfg.TLS != nil {
+			// Brokers that refuse a login or a handshake often just close
+			// the connection: say what to check.
+			return fmt.Errorf("kafka: brokers %v unreachable or refused the connection (check the TLS settings and SASL credentials): %w", k.cfg.Brokers, err)
+		}
 		return fmt.Errorf("kafka: brokers %v unreachable: %w", k.cfg.Brokers, err)
 	}
 	if k.cfg.TopicRegex {

@@ -187,7 +187,8 @@ func celKeyType(t *cel.Type) bool {
 	return false
 }
 
-// references reports whether a checked expression reads the variable name.
+// celReferences reports whether a checked expression reads the variable
+// name.
 func celReferences(ast *cel.Ast, name string) bool {
 	if ast == nil {
 		return false
@@ -241,7 +242,29 @@ func (d *celDerivation) eval(prg cel.Program, act *celActivation) (out ref.Val, 
 
 // celEvent is the decoded form Prepare hands to Step.
 type celEvent struct {
-	celActivation // event and meta set; state and key never
+	celActivation         // event and meta set; state and key never
+	keyOut        ref.Val // the key expression's value
+}
+
+// keyVal returns key as a CEL string, reusing the key expression's value
+// when it holds key: one allocation fewer per step.
+func (p *celEvent) keyVal(key string) ref.Val {
+	switch k := p.keyOut.(type) {
+	case types.String:
+		if string(k) == key {
+			return p.keyOut
+		}
+	case traits.Lister:
+		if n, ok := k.Size().(types.Int); ok && n <= 8 {
+			for i := range int(n) {
+				v := k.Get(types.Int(i))
+				if e, ok := v.(types.String); ok && string(e) == key {
+					return v // not e: that would box it again
+				}
+			}
+		}
+	}
+	return types.String(key)
 }
 
 // Prepare decodes the payload, runs the filter and the key expression.
@@ -287,6 +310,7 @@ func (d *celDerivation) Prepare(ev *Event) (keys []string, decoded any, err erro
 	if len(keys) == 0 {
 		return nil, nil, nil
 	}
+	p.keyOut = out
 	return keys, p, nil
 }
 
@@ -303,9 +327,8 @@ func celKeys(v ref.Val) ([]string, error) {
 		}
 		keys := make([]string, 0, n)
 		var seen map[string]struct{}
-		it := v.Iterator()
-		for i := 0; it.HasNext() == types.True; i++ {
-			e := it.Next()
+		for i := range int(n) {
+			e := v.Get(types.Int(i))
 			s, ok := e.(types.String)
 			if !ok {
 				return nil, fmt.Errorf("element %d is %s, want string", i, e.Type().TypeName())
@@ -355,7 +378,7 @@ func (d *celDerivation) Step(state State, decoded any, ev *Event, key string) (S
 	if !ok {
 		return nil, fmt.Errorf("step: decoded event is %T, want one from Prepare", decoded)
 	}
-	out, err := d.eval(d.step, &celActivation{event: p.event, meta: p.meta, state: st, key: types.String(key)})
+	out, err := d.eval(d.step, &celActivation{event: p.event, meta: p.meta, state: st, key: p.keyVal(key)})
 	if err != nil {
 		return nil, fmt.Errorf("step: %w", err)
 	}
@@ -478,14 +501,20 @@ func newCELMeta(ev *Event) ref.Val {
 	if ev.Source != nil {
 		f = append(f, celField{"topic", types.String(ev.Source.Topic)})
 	}
-	return &celObject{fields: f}
+	return &celObject{fields: f, sorted: true}
 }
 
-// celObject is a JSON object as a CEL map(string, dyn). Its fields are sorted
-// by name, so iterating it (and every comprehension over it) visits keys
-// in a fixed order.
+// celObject is a JSON object as a CEL map(string, dyn). Iterating it (and
+// so every comprehension over it) visits its keys in sorted order.
+//
+// A small object (up to 16 fields) keeps its fields in document order, as
+// decoded, possibly with duplicate names: a lookup scans from the end, so
+// the last of duplicates wins as in encoding/json, and the sorted, unique
+// view is built only when the object is iterated. A larger one is sorted
+// and unique from the start and looked up by binary search.
 type celObject struct {
 	fields []celField
+	sorted bool // fields sorted by name, names unique
 }
 
 type celField struct {
@@ -498,10 +527,88 @@ var (
 	_ traits.Zeroer = (*celObject)(nil)
 )
 
+// newCELObject returns an object of the fields of src (not retained).
+func newCELObject(src []celField) *celObject {
+	if len(src) > 16 {
+		return &celObject{fields: sortedCELFields(src), sorted: true}
+	}
+	o := allocCELObject(len(src))
+	o.fields = append(o.fields, src...)
+	return o
+}
+
+// allocCELObject returns an empty object with room for n <= 16 fields, in
+// one allocation rather than two.
+func allocCELObject(n int) *celObject {
+	switch {
+	case n <= 2:
+		b := new(struct {
+			o celObject
+			a [2]celField
+		})
+		b.o.fields = b.a[:0:n]
+		return &b.o
+	case n <= 4:
+		b := new(struct {
+			o celObject
+			a [4]celField
+		})
+		b.o.fields = b.a[:0:n]
+		return &b.o
+	case n <= 8:
+		b := new(struct {
+			o celObject
+			a [8]celField
+		})
+		b.o.fields = b.a[:0:n]
+		return &b.o
+	case n <= 12:
+		b := new(struct {
+			o celObject
+			a [12]celField
+		})
+		b.o.fields = b.a[:0:n]
+		return &b.o
+	default:
+		b := new(struct {
+			o celObject
+			a [16]celField
+		})
+		b.o.fields = b.a[:0:n]
+		return &b.o
+	}
+}
+
+// sortedCELFields returns src's fields sorted by name, keeping the last of
+// duplicate names.
+func sortedCELFields(src []celField) []celField {
+	idx := make([]int32, len(src))
+	for i := range idx {
+		idx[i] = int32(i)
+	}
+	slices.SortStableFunc(idx, func(a, b int32) int { return strings.Compare(src[a].name, src[b].name) })
+	out := make([]celField, 0, len(src))
+	for i, k := range idx {
+		if i+1 < len(idx) && src[idx[i+1]].name == src[k].name {
+			continue // a later duplicate wins
+		}
+		out = append(out, src[k])
+	}
+	return out
+}
+
+// view returns the fields sorted by name, unique.
+func (o *celObject) view() []celField {
+	if o.sorted {
+		return o.fields
+	}
+	return sortedCELFields(o.fields)
+}
+
 func (o *celObject) lookup(name string) (ref.Val, bool) {
 	f := o.fields
-	if len(f) <= 8 {
-		for i := range f {
+	if !o.sorted {
+		for i := len(f) - 1; i >= 0; i-- {
 			if f[i].name == name {
 				return f[i].val, true
 			}
@@ -547,14 +654,28 @@ func (o *celObject) Contains(key ref.Val) ref.Val {
 	return types.Bool(ok)
 }
 
-func (o *celObject) Size() ref.Val     { return types.Int(len(o.fields)) }
+// len returns the number of distinct names.
+func (o *celObject) len() int {
+	if o.sorted {
+		return len(o.fields)
+	}
+	n := 0
+	for i, f := range o.fields {
+		if !slices.ContainsFunc(o.fields[i+1:], func(g celField) bool { return g.name == f.name }) {
+			n++
+		}
+	}
+	return n
+}
+
+func (o *celObject) Size() ref.Val     { return types.Int(o.len()) }
 func (o *celObject) IsZeroValue() bool { return len(o.fields) == 0 }
 func (o *celObject) Type() ref.Type    { return types.MapType }
 func (o *celObject) Value() any        { return o }
 
 func (o *celObject) refValMap() traits.Mapper {
 	m := make(map[ref.Val]ref.Val, len(o.fields))
-	for _, f := range o.fields {
+	for _, f := range o.fields { // in order: the last duplicate wins
 		m[types.String(f.name)] = f.val
 	}
 	return types.NewRefValMap(types.DefaultTypeAdapter, m)
@@ -579,10 +700,11 @@ func (o *celObject) Equal(other ref.Val) ref.Val {
 	if !ok {
 		return types.False
 	}
-	if m.Size() != types.Int(len(o.fields)) {
+	fields := o.view()
+	if m.Size() != types.Int(len(fields)) {
 		return types.False
 	}
-	for _, f := range o.fields {
+	for _, f := range fields {
 		ov, found := m.Find(types.String(f.name))
 		if !found {
 			return types.False
@@ -597,7 +719,7 @@ func (o *celObject) Equal(other ref.Val) ref.Val {
 func (o *celObject) String() string {
 	var b strings.Builder
 	b.WriteByte('{')
-	for i, f := range o.fields {
+	for i, f := range o.view() {
 		if i > 0 {
 			b.WriteString(", ")
 		}
@@ -607,22 +729,22 @@ func (o *celObject) String() string {
 	return b.String()
 }
 
-func (o *celObject) Iterator() traits.Iterator { return &celObjectIterator{o: o} }
+func (o *celObject) Iterator() traits.Iterator { return &celObjectIterator{fields: o.view()} }
 
 // celObjectIterator visits an object's keys in order.
 type celObjectIterator struct {
-	o *celObject
-	i int
+	fields []celField
+	i      int
 }
 
-func (it *celObjectIterator) HasNext() ref.Val { return types.Bool(it.i < len(it.o.fields)) }
+func (it *celObjectIterator) HasNext() ref.Val { return types.Bool(it.i < len(it.fields)) }
 
 func (it *celObjectIterator) Next() ref.Val {
-	if it.i >= len(it.o.fields) {
+	if it.i >= len(it.fields) {
 		return types.NewErr("iterator exhausted")
 	}
 	it.i++
-	return types.String(it.o.fields[it.i-1].name)
+	return types.String(it.fields[it.i-1].name)
 }
 
 func (it *celObjectIterator) ConvertToNative(reflect.Type) (any, error) {
@@ -634,36 +756,6 @@ func (it *celObjectIterator) ConvertToType(ref.Type) ref.Val {
 func (it *celObjectIterator) Equal(ref.Val) ref.Val { return types.NoSuchOverloadErr() }
 func (it *celObjectIterator) Type() ref.Type        { return types.IteratorType }
 func (it *celObjectIterator) Value() any            { return nil }
-
-// newCELObject sorts fields by name, keeping the last of duplicate names, and
-// returns them as an object. It takes ownership of fields.
-func newCELObject(fields []celField) *celObject {
-	if len(fields) <= 12 {
-		for i := 1; i < len(fields); i++ { // insertion sort: stable
-			for j := i; j > 0 && fields[j].name < fields[j-1].name; j-- {
-				fields[j], fields[j-1] = fields[j-1], fields[j]
-			}
-		}
-	} else {
-		slices.SortStableFunc(fields, func(a, b celField) int { return strings.Compare(a.name, b.name) })
-	}
-	for i := 1; i < len(fields); i++ {
-		if fields[i].name == fields[i-1].name {
-			// Duplicate names: the last one wins, as in encoding/json.
-			out := fields[:i-1]
-			for j := i - 1; j < len(fields); j++ {
-				if j+1 < len(fields) && fields[j+1].name == fields[j].name {
-					continue
-				}
-				out = append(out, fields[j])
-			}
-			clear(fields[len(out):])
-			fields = out
-			break
-		}
-	}
-	return &celObject{fields: fields}
-}
 
 // celJSONDecoder decodes JSON straight into CEL values. A number whose text is
 // an integer (no fraction, no exponent) within int64 becomes an int; every
@@ -690,10 +782,14 @@ func decodeEventJSON(b []byte) (ref.Val, error) {
 			v, err = nil, d.errorf("invalid character %q after top-level value", d.s[d.i])
 		}
 	}
+	// The scratch stacks keep references to this event's values until
+	// overwritten; the pool drops idle decoders at garbage collection, and
+	// large stacks are not kept.
 	d.s = ""
-	clear(d.fields[:cap(d.fields)])
-	clear(d.elems[:cap(d.elems)])
 	d.fields, d.elems = d.fields[:0], d.elems[:0]
+	if cap(d.fields) > 1024 || cap(d.elems) > 1024 {
+		d.fields, d.elems = nil, nil
+	}
 	celJSONDecoders.Put(d)
 	return v, err
 }
@@ -795,11 +891,10 @@ func (d *celJSONDecoder) object() (ref.Val, error) {
 		d.i++
 		break
 	}
-	fields := slices.Clone(d.fields[start:])
-	clear(d.fields[start:])
+	o := newCELObject(d.fields[start:])
 	d.fields = d.fields[:start]
 	d.depth--
-	return newCELObject(fields), nil
+	return o, nil
 }
 
 func (d *celJSONDecoder) array() (ref.Val, error) {
@@ -834,7 +929,6 @@ func (d *celJSONDecoder) array() (ref.Val, error) {
 		break
 	}
 	elems := slices.Clone(d.elems[start:])
-	clear(d.elems[start:])
 	d.elems = d.elems[:start]
 	d.depth--
 	return types.NewRefValList(types.DefaultTypeAdapter, elems), nil
@@ -1306,11 +1400,11 @@ func (r *celStateReader) value(depth int) (ref.Val, error) {
 			for i := range fields {
 				fields[i] = celField{string(keys[i].(types.String)), vals[i]}
 			}
-			o := newCELObject(fields)
-			if len(o.fields) != len(keys) {
+			sorted := sortedCELFields(fields)
+			if len(sorted) != len(fields) {
 				return nil, errors.New("duplicate map key")
 			}
-			return o, nil
+			return &celObject{fields: sorted, sorted: true}, nil
 		}
 		m := make(map[ref.Val]ref.Val, n)
 		for i, k := range keys {

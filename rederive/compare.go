@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"math/big"
 	"slices"
@@ -90,13 +91,11 @@ type CompareStats struct {
 func Compare(ctx context.Context, s Store, expected map[string]any, c CompareConfig, fn func(Drift) error) (CompareStats, error) {
 	st := CompareStats{Keys: int64(len(expected))}
 	// Every key met, to find duplicates and, at the end, the missing keys.
-	seen := make(map[string]struct{}, len(expected))
+	seen := newKeySet(len(expected))
 	var met int64 // expected keys met
 	err := s.Scan(ctx, func(r Row) error {
 		st.Rows++
-		n := len(seen)
-		seen[r.Key] = struct{}{}
-		if len(seen) == n {
+		if !seen.add(r.Key) {
 			return fmt.Errorf("%w: key %q appears twice", ErrStore, r.Key)
 		}
 		exp, ok := expected[r.Key]
@@ -124,7 +123,7 @@ func Compare(ctx context.Context, s Store, expected map[string]any, c CompareCon
 	}
 	var missing []string
 	for k, v := range expected {
-		if _, ok := seen[k]; ok {
+		if seen.has(k) {
 			continue
 		}
 		if c.NullIsMissing && v == nil {
@@ -153,21 +152,35 @@ func Compare(ctx context.Context, s Store, expected map[string]any, c CompareCon
 // (other types are compared through their JSON encoding). Numbers compare
 // by value whatever their Go type: int64, uint64, json.Number and the other
 // integer types exactly (json.Number "12.50" equals 12.5 and "1250e-2";
-// "1" equals 1), and a float64 (or float32) equals another number when that
-// number, rounded to the nearest float64, is the same float (so 0.1 equals
-// json.Number "0.1"); NaN equals NaN. A string is never a number: "1"
+// "1" equals 1), and a float64 equals another number when that number,
+// rounded to the nearest float64, is the same float (so 0.1 equals
+// json.Number "0.1"; a float32 is first widened to float64); NaN equals
+// NaN. A tolerance set for the field's path allows a difference up to it,
+// computed exactly between integers and decimals (the tolerance taken as
+// its shortest decimal text, so 0.3 is 3/10) and in float64 when a float
+// is involved. A string is never a number: "1"
 // differs from 1. Maps compare field by field (only c.Fields when set), and
 // maps and lists nested in them recursively; each differing field is
 // reported by its dotted path, a list of another length as a whole.
 func Equal(expected, actual any, c CompareConfig) []FieldDiff {
-	return equal(expected, actual, &c)
+	// The common case, two equal scalars, allocates nothing: c escapes
+	// only as its copy in the other case.
+	if sameScalar(expected, actual, &c) {
+		return nil
+	}
+	cc := c
+	return diff(expected, actual, &cc)
 }
 
 func equal(expected, actual any, c *CompareConfig) []FieldDiff {
-	// The common case, two equal scalars, allocates nothing.
 	if sameScalar(expected, actual, c) {
 		return nil
 	}
+	return diff(expected, actual, c)
+}
+
+// diff returns the differences of two values.
+func diff(expected, actual any, c *CompareConfig) []FieldDiff {
 	d := differ{c: c}
 	if len(c.Fields) > 0 {
 		em, eok := asMap(expected)
@@ -539,7 +552,16 @@ func parseDecimal(s string) (d decimal, ok bool) {
 		s = s[1:]
 	}
 	var e int64
-	if i := strings.IndexAny(s, "eE"); i >= 0 {
+	dot, exp := -1, -1
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '.':
+			dot = i
+		case 'e', 'E':
+			exp = i
+		}
+	}
+	if i := exp; i >= 0 {
 		es := s[i+1:]
 		s = s[:i]
 		neg := false
@@ -558,8 +580,8 @@ func parseDecimal(s string) (d decimal, ok bool) {
 		}
 	}
 	d.intp = s
-	if i := strings.IndexByte(s, '.'); i >= 0 {
-		d.intp, d.frac = s[:i], s[i+1:]
+	if dot >= 0 {
+		d.intp, d.frac = s[:dot], s[dot+1:]
 	}
 	n := len(d.intp) + len(d.frac)
 	for d.lo < n && d.digit(d.lo) == '0' {
@@ -597,4 +619,78 @@ func (d decimal) equal(o decimal) bool {
 		}
 	}
 	return true
+}
+
+// keySet is a set of keys held as 127-bit keyed hashes in one flat
+// open-addressed table: a lookup or an insert costs one cache miss, the
+// table holds no pointers for the garbage collector to scan, and the keys
+// themselves are not kept. Two distinct keys collide with probability
+// about 2^-127 (with random seeds an input cannot aim at), so for 10^9
+// keys about 10^-20: such a collision would make a missing key look
+// present or a key look duplicated.
+type keySet struct {
+	seed1, seed2 maphash.Seed
+	// slots are (hash, second hash | 1); a zero second hash is empty.
+	slots [][2]uint64
+	n     int
+}
+
+func newKeySet(hint int) *keySet {
+	size := 1024
+	for size < 2*hint {
+		size <<= 1
+	}
+	return &keySet{seed1: maphash.MakeSeed(), seed2: maphash.MakeSeed(), slots: make([][2]uint64, size)}
+}
+
+func (s *keySet) hash(k string) [2]uint64 {
+	return [2]uint64{maphash.String(s.seed1, k), maphash.String(s.seed2, k) | 1}
+}
+
+// add adds k and reports whether it was absent.
+func (s *keySet) add(k string) bool {
+	if 2*(s.n+1) > len(s.slots) {
+		s.grow()
+	}
+	if !s.insert(s.hash(k)) {
+		return false
+	}
+	s.n++
+	return true
+}
+
+func (s *keySet) insert(h [2]uint64) bool {
+	mask := uint64(len(s.slots) - 1)
+	for i := h[0] & mask; ; i = (i + 1) & mask {
+		switch s.slots[i] {
+		case [2]uint64{}:
+			s.slots[i] = h
+			return true
+		case h:
+			return false
+		}
+	}
+}
+
+func (s *keySet) grow() {
+	old := s.slots
+	s.slots = make([][2]uint64, 2*len(old))
+	for _, h := range old {
+		if h[1] != 0 {
+			s.insert(h)
+		}
+	}
+}
+
+func (s *keySet) has(k string) bool {
+	h := s.hash(k)
+	mask := uint64(len(s.slots) - 1)
+	for i := h[0] & mask; ; i = (i + 1) & mask {
+		switch s.slots[i] {
+		case [2]uint64{}:
+			return false
+		case h:
+			return true
+		}
+	}
 }

@@ -11,6 +11,8 @@ import (
 )
 
 func TestEqual(t *testing.T) {
+	point1 := 0.1 // 0.1 + 0.2 in constants is exactly 0.3
+	sum := point1 + 0.2
 	n := func(s string) json.Number { return json.Number(s) }
 	diff := func(field string, exp, act any) []FieldDiff {
 		return []FieldDiff{{Field: field, Expected: exp, Actual: act}}
@@ -40,14 +42,14 @@ func TestEqual(t *testing.T) {
 		{"decimals past int64", n("123456789012345678901234567890.5"), n("123456789012345678901234567890.50"), CompareConfig{}, nil},
 		{"decimals past int64 differ", n("123456789012345678901234567890.5"), n("123456789012345678901234567890.6"), CompareConfig{}, diff("", n("123456789012345678901234567890.5"), n("123456789012345678901234567890.6"))},
 		{"float rounds the decimal", 9007199254740992.0, n("9007199254740993"), CompareConfig{}, nil},
-		{"float sum is no decimal", 0.1 + 0.2, n("0.3"), CompareConfig{}, diff("", 0.1+0.2, n("0.3"))},
+		{"float sum is no decimal", sum, n("0.3"), CompareConfig{}, diff("", sum, n("0.3"))},
 		{"decimal differs", n("12.50"), n("12.51"), CompareConfig{}, diff("", n("12.50"), n("12.51"))},
 		{"NaN", math.NaN(), math.NaN(), CompareConfig{}, nil},
 		{"huge exponents", n("1e999999999999999999"), n("1e999999999999999999"), CompareConfig{}, nil},
 		{"huge exponents differ", n("1e999999999999999999"), n("-1e999999999999999999"), CompareConfig{}, diff("", n("1e999999999999999999"), n("-1e999999999999999999"))},
 
 		// Tolerance, absolute, per field path.
-		{"tolerance float", 0.1 + 0.2, n("0.3"), CompareConfig{Tolerance: map[string]float64{"": 1e-9}}, nil},
+		{"tolerance float", sum, n("0.3"), CompareConfig{Tolerance: map[string]float64{"": 1e-9}}, nil},
 		{"tolerance decimal edge", n("12.50"), n("12.51"), CompareConfig{Tolerance: map[string]float64{"": 0.01}}, nil},
 		{"tolerance as written", n("1.0"), n("1.3"), CompareConfig{Tolerance: map[string]float64{"": 0.3}}, nil},
 		{"tolerance exceeded", n("12.50"), n("12.52"), CompareConfig{Tolerance: map[string]float64{"": 0.01}}, diff("", n("12.50"), n("12.52"))},
@@ -311,4 +313,53 @@ func FuzzEqualNumbers(f *testing.F) {
 			t.Errorf("Equal(%s, %s) = %v, big.Rat says %v", a, b, got, want)
 		}
 	})
+}
+
+func TestCompareKeySet(t *testing.T) {
+	s := newKeySet(0)
+	for i := range 10000 { // grows from 1024 slots
+		if !s.add(fmt.Sprint(i)) {
+			t.Fatalf("add(%d) the first time = false", i)
+		}
+	}
+	for i := range 10000 {
+		if s.add(fmt.Sprint(i)) {
+			t.Fatalf("add(%d) the second time = true", i)
+		}
+		if !s.has(fmt.Sprint(i)) || s.has(fmt.Sprint(-i-1)) {
+			t.Fatalf("has wrong around %d", i)
+		}
+	}
+	if s.n != 10000 || len(s.slots) < 20000 {
+		t.Errorf("%d keys in %d slots", s.n, len(s.slots))
+	}
+}
+
+func ExampleEqual() {
+	expected := map[string]any{"balance": json.Number("12.50"), "currency": "EUR", "count": int64(3)}
+	actual := map[string]any{"balance": 12.5, "currency": "eur", "count": json.Number("3")}
+	for _, d := range Equal(expected, actual, CompareConfig{}) {
+		fmt.Printf("%s: expected %v, actual %v\n", d.Field, d.Expected, d.Actual)
+	}
+	// Output:
+	// currency: expected EUR, actual eur
+}
+
+func ExampleCompare() {
+	store := &compareTestStore{rows: []Row{
+		{Key: "alice", Value: json.Number("10.00")},
+		{Key: "bob", Value: json.Number("7.5")},
+		{Key: "mallory", Value: json.Number("1000000")},
+	}}
+	expected := map[string]any{"alice": int64(10), "bob": json.Number("7.25"), "carol": json.Number("3")}
+	st, err := Compare(context.Background(), store, expected, CompareConfig{}, func(d Drift) error {
+		fmt.Printf("%s %s: expected %v, actual %v\n", d.Kind, d.Key, d.Expected, d.Actual)
+		return nil
+	})
+	fmt.Printf("%+v %v\n", st, err)
+	// Output:
+	// mismatch bob: expected 7.25, actual 7.5
+	// extra mallory: expected <nil>, actual 1000000
+	// missing carol: expected 3, actual <nil>
+	// {Rows:3 Keys:3 Matched:1 Missing:1 Mismatched:1 Extra:1} <nil>
 }

@@ -1,6 +1,7 @@
 package rederive
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -67,20 +68,20 @@ type Result struct {
 	// fold's Newest equals a full fold's. The grace period of a drifting
 	// key runs from its time.
 	Newest map[string]EventRef
-	// Events counts the entries read, Applied the (entry, key) steps
-	// applied.
+	// Events counts the entries the result covers (read by the folds
+	// that made it), Applied the (entry, key) steps applied.
 	Events  uint64
 	Applied uint64
-	// ErrorCount counts derivation errors; Errors holds the first
-	// maxErrors of them in (log, index) order.
+	// ErrorCount counts derivation errors; Errors holds the first 100 of
+	// them in (log, index) order.
 	ErrorCount int
 	Errors     []EventError
 }
 
 // Pin returns the result's pin of the named log.
 func (r *Result) Pin(log string) (Pin, bool) {
-	i, ok := slices.BinarySearchFunc(r.Pins, log, func(p Pin, log string) int { return cmp.Compare(p.Log, log) })
-	if !ok {
+	i := slices.IndexFunc(r.Pins, func(p Pin) bool { return p.Log == log })
+	if i < 0 {
 		return Pin{}, false
 	}
 	return r.Pins[i], true
@@ -593,6 +594,9 @@ func (p *pipeline) run(ctx context.Context, emit func(context.Context, *batch) e
 func (p *pipeline) prepare(ctx context.Context, j job) (*batch, error) {
 	s := &p.spans[j.span]
 	log := s.Pin.Log
+	// A reader may reuse a record's buffers once fn returns; the local
+	// ledger's records own theirs, so only other readers' are copied.
+	_, owned := s.Reader.(localLog)
 	b := &batch{seq: j.seq, n: j.to - j.from, steps: make([][]step, p.shards)}
 	// Sized for the whole batch: steps point into it, so it must not grow.
 	ents := make([]entry, 0, j.to-j.from)
@@ -606,10 +610,18 @@ func (p *pipeline) prepare(ctx context.Context, j job) (*batch, error) {
 			b.errs = append(b.errs, foldError{EventError: EventError{Log: log, Index: r.Index, Err: "payload pruned after retention"}, pos: -1})
 			return nil
 		}
+		key, src, payload := r.Leaf.Key, r.Leaf.Source, r.Payload
+		if !owned {
+			key, payload = bytes.Clone(key), bytes.Clone(payload)
+			if src != nil {
+				c := *src
+				src = &c
+			}
+		}
 		ents = append(ents, entry{
 			Event: Event{
-				Log: log, Index: r.Index, ID: r.Leaf.ID, HasKey: r.Leaf.HasKey, Key: r.Leaf.Key,
-				Time: time.Unix(0, r.Leaf.Time).UTC(), Source: r.Leaf.Source, Payload: r.Payload,
+				Log: log, Index: r.Index, ID: r.Leaf.ID, HasKey: r.Leaf.HasKey, Key: key,
+				Time: time.Unix(0, r.Leaf.Time).UTC(), Source: src, Payload: payload,
 			},
 			ns:       r.Leaf.Time,
 			leafHash: r.LeafHash,

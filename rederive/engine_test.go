@@ -658,3 +658,34 @@ func TestFoldProgress(t *testing.T) {
 		t.Errorf("progress calls %v: want a few, rising to 6000", calls)
 	}
 }
+
+// reusingReader hands out records whose buffers it overwrites once fn
+// returns, as a reader reusing its buffers may.
+type reusingReader struct{ LogReader }
+
+func (r reusingReader) Entries(ctx context.Context, from, to uint64, fn func(*ledger.Record) error) error {
+	var rec ledger.Record
+	buf := make([]byte, 0, 1024)
+	return r.LogReader.Entries(ctx, from, to, func(in *ledger.Record) error {
+		rec = *in
+		buf = append(buf[:0], in.Payload...)
+		rec.Payload = buf
+		err := fn(&rec)
+		for i := range buf {
+			buf[i] = 'x'
+		}
+		rec = ledger.Record{}
+		return err
+	})
+}
+
+func TestFoldReaderReusesBuffers(t *testing.T) {
+	logs := threeLogs(t, 3000, 100)
+	d := &goBalances{ordered: true}
+	spans := fullSpans(t, logs...)
+	want := mustFold(t, d, nil, spans, FoldOptions{})
+	for i := range spans {
+		spans[i].Reader = reusingReader{spans[i].Reader}
+	}
+	sameResult(t, d, "reader reusing its buffers", want, mustFold(t, d, nil, spans, FoldOptions{Workers: 3}))
+}

@@ -997,7 +997,7 @@ func NewRegistry() *Registry {
 // Register adds a derivation under d.Name(). spec, if not nil, says how
 // its result is checked: store, compare, grace, confirm_runs, lineage,
 // error_budget, intervals; its Name must be empty or d.Name(), and its
-// expression fields are ignored. A nil spec registers a derivation that
+// sources and expression fields are ignored (d says what it folds). A nil spec registers a derivation that
 // is folded but not compared. A name already registryEntry is an error.
 func (r *Registry) Register(d Derivation, spec *Spec) error {
 	name := d.Name()

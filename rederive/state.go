@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -99,8 +101,9 @@ func SaveResult(b *ledger.Bucket, d Derivation, r *Result) error {
 	prefix := stateGenPrefix(name, gen)
 	key := prefix
 	var val []byte
-	for k, s := range r.States {
-		enc, err := d.Encode(s)
+	// In key order: Pebble sorts a large batch before it applies it.
+	for _, k := range slices.Sorted(maps.Keys(r.States)) {
+		enc, err := d.Encode(r.States[k])
 		if err != nil {
 			return fmt.Errorf("rederive: save %s: encode the state of %q: %w", name, k, err)
 		}

@@ -61,7 +61,9 @@ func openHTTP(c HTTPConfig) (*httpStore, error) {
 		headers[k] = expandEnv(v)
 	}
 	return &httpStore{
-		client:   &http.Client{Timeout: timeout},
+		// A transport of its own, so Close drops only this store's
+		// idle connections.
+		client:   &http.Client{Timeout: timeout, Transport: http.DefaultTransport.(*http.Transport).Clone()},
 		url:      expandEnv(c.URL),
 		name:     name,
 		format:   c.Format,

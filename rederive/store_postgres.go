@@ -150,6 +150,10 @@ func (s *pgStore) Scan(ctx context.Context, fn func(Row) error) (err error) {
 	}
 	tm := conn.TypeMap()
 
+	// A row's strings are cut from one string of all its columns' text:
+	// one allocation per row, not one per column.
+	var buf []byte
+	text := make([]string, len(cols))
 	var n int64
 	for rows.Next() {
 		n++
@@ -157,17 +161,26 @@ func (s *pgStore) Scan(ctx context.Context, fn func(Row) error) (err error) {
 			return ctx.Err()
 		}
 		raw := rows.RawValues()
+		buf = buf[:0]
+		for _, b := range raw {
+			buf = append(buf, b...)
+		}
+		all, off := string(buf), 0
+		for i, b := range raw {
+			text[i] = all[off : off+len(b)]
+			off += len(b)
+		}
 		if raw[keyIdx] == nil {
 			return storeError(ctx, s.name, fmt.Errorf("row %d: key column %q is NULL", n, cols[keyIdx].name))
 		}
-		key, err := pgKey(tm, cols[keyIdx].oid, raw[keyIdx])
+		key, err := pgKey(tm, cols[keyIdx].oid, raw[keyIdx], text[keyIdx])
 		if err != nil {
 			return storeError(ctx, s.name, fmt.Errorf("row %d: key column %q: %w", n, cols[keyIdx].name, err))
 		}
 		var value any
 		if len(cols) == 2 {
 			i := 1 - keyIdx
-			if value, err = pgValue(tm, cols[i].oid, raw[i]); err != nil {
+			if value, err = pgValue(tm, cols[i].oid, raw[i], text[i]); err != nil {
 				return storeError(ctx, s.name, fmt.Errorf("row %d (key %q): column %q: %w", n, key, cols[i].name, err))
 			}
 		} else {
@@ -176,7 +189,7 @@ func (s *pgStore) Scan(ctx context.Context, fn func(Row) error) (err error) {
 				if i == keyIdx {
 					continue
 				}
-				if m[col.name], err = pgValue(tm, col.oid, raw[i]); err != nil {
+				if m[col.name], err = pgValue(tm, col.oid, raw[i], text[i]); err != nil {
 					return storeError(ctx, s.name, fmt.Errorf("row %d (key %q): column %q: %w", n, key, col.name, err))
 				}
 			}
@@ -232,12 +245,12 @@ func (s *pgStore) Watermarks(ctx context.Context) (map[string]uint64, bool, erro
 // pgKey renders a key column as a key: the text of its value when that is
 // a string, a number (an integer key 42 is "42") or a boolean, else
 // PostgreSQL's text of it.
-func pgKey(tm *pgtype.Map, oid uint32, raw []byte) (string, error) {
+func pgKey(tm *pgtype.Map, oid uint32, raw []byte, text string) (string, error) {
 	switch oid {
 	case pgtype.TextOID, pgtype.VarcharOID, pgtype.Int8OID, pgtype.Int4OID, pgtype.Int2OID, pgtype.NumericOID, pgtype.UUIDOID:
-		return string(raw), nil
+		return text, nil
 	}
-	v, err := pgValue(tm, oid, raw)
+	v, err := pgValue(tm, oid, raw, text)
 	if err != nil {
 		return "", err
 	}
@@ -249,31 +262,31 @@ func pgKey(tm *pgtype.Map, oid uint32, raw []byte) (string, error) {
 	case bool:
 		return strconv.FormatBool(v), nil
 	}
-	return string(raw), nil
+	return text, nil
 }
 
-// pgValue turns a column's text (nil for NULL) into a value, as the
-// pgStore comment describes.
-func pgValue(tm *pgtype.Map, oid uint32, raw []byte) (any, error) {
+// pgValue turns a column's text (raw nil for NULL; text is raw as a
+// string) into a value, as the pgStore comment describes.
+func pgValue(tm *pgtype.Map, oid uint32, raw []byte, text string) (any, error) {
 	if raw == nil {
 		return nil, nil
 	}
 	switch oid {
 	case pgtype.Int8OID, pgtype.Int4OID, pgtype.Int2OID, pgtype.OIDOID:
-		return json.Number(raw), nil
+		return json.Number(text), nil
 	case pgtype.NumericOID:
 		if len(raw) > 0 && (raw[0] == 'N' || raw[0] == 'I' || raw[0] == '-' && len(raw) > 1 && raw[1] == 'I') {
-			return string(raw), nil // NaN, Infinity, -Infinity
+			return text, nil // NaN, Infinity, -Infinity
 		}
-		return json.Number(raw), nil
+		return json.Number(text), nil
 	case pgtype.TextOID, pgtype.VarcharOID:
-		return string(raw), nil
+		return text, nil
 	case pgtype.Float8OID, pgtype.Float4OID:
 		bits := 64
 		if oid == pgtype.Float4OID {
 			bits = 32
 		}
-		f, err := strconv.ParseFloat(string(raw), bits)
+		f, err := strconv.ParseFloat(text, bits)
 		if err != nil {
 			return nil, err
 		}
@@ -283,9 +296,9 @@ func pgValue(tm *pgtype.Map, oid uint32, raw []byte) (any, error) {
 	case pgtype.JSONOID, pgtype.JSONBOID:
 		return decodeJSON(raw)
 	case pgtype.TimestamptzOID:
-		return pgTime("2006-01-02 15:04:05.999999999Z07", raw), nil
+		return pgTime("2006-01-02 15:04:05.999999999Z07", text), nil
 	case pgtype.TimestampOID:
-		return pgTime("2006-01-02 15:04:05.999999999", raw), nil
+		return pgTime("2006-01-02 15:04:05.999999999", text), nil
 	case pgtype.ByteaOID:
 		if len(raw) < 2 || raw[0] != '\\' || raw[1] != 'x' {
 			return nil, errors.New("bytea is not in the hex format")
@@ -305,16 +318,16 @@ func pgValue(tm *pgtype.Map, oid uint32, raw []byte) (any, error) {
 			return pgGoValue(v), nil
 		}
 	}
-	return string(raw), nil
+	return text, nil
 }
 
 // pgTime renders a timestamp's text (DateStyle ISO, TimeZone UTC) as RFC
 // 3339 in UTC, or as the text itself when it is no such time (infinity,
 // BC).
-func pgTime(layout string, raw []byte) any {
-	t, err := time.Parse(layout, string(raw))
+func pgTime(layout, text string) any {
+	t, err := time.Parse(layout, text)
 	if err != nil {
-		return string(raw)
+		return text
 	}
 	return t.UTC().Format(time.RFC3339Nano)
 }

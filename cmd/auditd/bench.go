@@ -31,6 +31,8 @@ Modes:
   append   durable appends to an in-process ledger (no HTTP)
   http     HTTP ingestion: POST batches to a server, time append and checkpoint
   proofs   inclusion proofs over HTTP against one log
+  kafka    Kafka ingestion from an in-process broker (see "auditd bench kafka -h")
+  derive   a derivation check end to end against PostgreSQL (see "auditd bench derive -h")
 
 Without -server, http and proofs start an auditd on a loopback port with a
 temporary data directory. Every mode prints events (or proofs) per second
@@ -60,6 +62,12 @@ func runBench(args []string) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		fmt.Fprint(os.Stderr, benchUsage)
 		return errors.New("bench: name a mode")
+	}
+	if args[0] == "kafka" {
+		return benchKafka(args[1:])
+	}
+	if args[0] == "derive" {
+		return benchDerive(args[1:])
 	}
 	f := benchFlags{mode: args[0]}
 	fset := flag.NewFlagSet("bench "+f.mode, flag.ContinueOnError)
@@ -97,7 +105,7 @@ func runBench(args []string) error {
 	case "proofs":
 		res, err = withServer(ctx, &f, func() (map[string]any, error) { return benchProofs(ctx, f) })
 	default:
-		return fmt.Errorf("bench: unknown mode %q (append, http, proofs)", f.mode)
+		return fmt.Errorf("bench: unknown mode %q (append, http, proofs, kafka)", f.mode)
 	}
 	if err != nil {
 		return err

@@ -192,6 +192,13 @@ var errStored = errors.New("ledger: corrupt stored entry")
 // decodeStored decodes a stored entry of the named log. The returned record
 // does not alias b.
 func decodeStored(log string, index uint64, b []byte) (*Record, error) {
+	return decodeStoredAs(log, index, b, true)
+}
+
+// decodeStoredAs decodes a stored entry; without leaf it leaves the payload
+// hash, leaf bytes and leaf hash unset (ScanEntries takes the leaf hash from
+// the tiles).
+func decodeStoredAs(log string, index uint64, b []byte, leaf bool) (*Record, error) {
 	r := &Record{Index: index}
 	l := &r.Leaf
 	l.Log = log
@@ -277,7 +284,13 @@ func decodeStored(log string, index uint64, b []byte) (*Record, error) {
 		copy(l.PayloadSHA256[:], b)
 	} else {
 		r.Payload = append([]byte{}, b...)
+		if !leaf {
+			return r, nil
+		}
 		l.PayloadSHA256 = sha256.Sum256(r.Payload)
+	}
+	if !leaf {
+		return r, nil
 	}
 	lb, err := l.MarshalBinary()
 	if err != nil {

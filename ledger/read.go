@@ -204,10 +204,46 @@ func (l *Log) Tile(level uint8, n uint64, width int) ([]byte, error) {
 	return append([]byte(nil), v[:width*merkle.HashSize]...), nil
 }
 
+// ScanEntries is Entries for bulk readers that trust this process's storage
+// (derivation folds): each record carries its leaf hash, read from the
+// tree's level-0 tiles (one read per 256 entries), but not the leaf bytes or
+// the payload hash, which Entries recomputes from the entry. It is safe to
+// call concurrently.
+func (l *Log) ScanEntries(ctx context.Context, from, to uint64, fn func(*Record) error) error {
+	tile, base := ^uint64(0), []merkle.Hash(nil)
+	return l.entries(ctx, from, to, false, func(rec *Record) error {
+		if n := rec.Index / tileWidth; n != tile {
+			v, closer, err := l.s.db.Get(tileKey(l.id, 0, n))
+			if err != nil {
+				return fmt.Errorf("ledger: %s: read tile 0/%d: %w", l.name, n, err)
+			}
+			b, _, err := decodeTile(v)
+			if err == nil {
+				base = append(base[:0], b...)
+			}
+			closer.Close()
+			if err != nil {
+				return err
+			}
+			tile = n
+		}
+		i := rec.Index % tileWidth
+		if i >= uint64(len(base)) {
+			return fmt.Errorf("ledger: %s: tile 0/%d holds %d hashes, entry %d needs %d", l.name, tile, len(base), rec.Index, i+1)
+		}
+		rec.LeafHash = base[i]
+		return fn(rec)
+	})
+}
+
 // Entries calls fn with the entries [from, to) in index order, reading them
 // in one pass. to must not exceed the committed size. fn must not keep the
 // record after it returns; an error from fn stops the scan.
 func (l *Log) Entries(ctx context.Context, from, to uint64, fn func(*Record) error) error {
+	return l.entries(ctx, from, to, true, fn)
+}
+
+func (l *Log) entries(ctx context.Context, from, to uint64, leaf bool, fn func(*Record) error) error {
 	if size := l.Size(); to > size || from > to {
 		return fmt.Errorf("%w: entries [%d, %d), tree size %d", ErrRange, from, to, size)
 	}
@@ -231,7 +267,7 @@ func (l *Log) Entries(ctx context.Context, from, to uint64, fn func(*Record) err
 		if idx != want {
 			return fmt.Errorf("ledger: %s: entry %d missing from storage", l.name, want)
 		}
-		rec, err := decodeStored(l.name, idx, it.Value())
+		rec, err := decodeStoredAs(l.name, idx, it.Value(), leaf)
 		if err != nil {
 			return err
 		}

@@ -6,8 +6,10 @@ import (
 	"github.com/auditd/auditd/ledger"
 )
 
-// LocalLog adapts a log of this process's ledger to a LogReader. Its
-// Entries may be called concurrently, as Fold does.
+// LocalLog adapts a log of this process's ledger to a LogReader. It reads
+// with ledger.Log.ScanEntries: leaf hashes come from the tree's tiles, and
+// leaf bytes and payload hashes are not recomputed. Its Entries may be
+// called concurrently, as Fold does.
 func LocalLog(l *ledger.Log) LogReader { return localLog{l} }
 
 type localLog struct{ l *ledger.Log }
@@ -17,7 +19,7 @@ var _ LogReader = localLog{}
 func (r localLog) Name() string { return r.l.Name() }
 
 func (r localLog) Entries(ctx context.Context, from, to uint64, fn func(*ledger.Record) error) error {
-	return r.l.Entries(ctx, from, to, fn)
+	return r.l.ScanEntries(ctx, from, to, fn)
 }
 
 // Span is the part of one source log a fold reads: the entries [From, To)

@@ -102,7 +102,9 @@ const (
 // With a nil base every span starts at 0. Otherwise a span of a log that
 // base pins starts exactly at that pin's size, and a span of a log new
 // since base starts at 0; logs pinned by base and absent from spans keep
-// their pins.
+// their pins. That a span's log extends the base's pin (a consistency
+// proof between the two checkpoints) is for the caller to check; Fold
+// only refuses a span pinned at the base's size with a different root.
 //
 // The result is deterministic whatever Workers: within one log, each
 // key's events are applied in index order; across logs, spans are applied
@@ -122,15 +124,18 @@ const (
 //
 // A derivation error (Prepare, Initial or Step) skips that entry, or that
 // key's step, and is recorded. Once the errors, counting base's, exceed
-// ErrorBudget, Fold fails with an error wrapping ErrBudget. When ctx ends,
-// Fold stops its goroutines and returns ctx.Err().
+// ErrorBudget, Fold stops and returns an error wrapping ErrBudget, with a
+// Result that holds only the errors met so far (ErrorCount, Errors) for
+// reporting. When ctx ends, Fold stops its goroutines and returns
+// ctx.Err().
 func Fold(ctx context.Context, d Derivation, base *Result, spans []Span, o FoldOptions) (*Result, error) {
 	spans, err := checkSpans(d, base, spans, o, false)
 	if err != nil {
 		return nil, err
 	}
 	if base != nil && o.ErrorBudget >= 0 && base.ErrorCount > o.ErrorBudget {
-		return nil, fmt.Errorf("rederive: %s: %w: base holds %d errors, budget %d", d.Name(), ErrBudget, base.ErrorCount, o.ErrorBudget)
+		return &Result{Derivation: d.Name(), Fingerprint: o.Fingerprint, ErrorCount: base.ErrorCount, Errors: base.Errors},
+			fmt.Errorf("rederive: %s: %w: base holds %d errors, budget %d", d.Name(), ErrBudget, base.ErrorCount, o.ErrorBudget)
 	}
 	w := o.Workers
 	if w <= 0 {
@@ -179,6 +184,10 @@ func Fold(ctx context.Context, d Derivation, base *Result, spans []Span, o FoldO
 	}
 	if err == nil && fctx.Err() != nil {
 		err = context.Cause(fctx)
+	}
+	if errors.Is(err, ErrBudget) {
+		return &Result{Derivation: d.Name(), Fingerprint: o.Fingerprint,
+			ErrorCount: int(f.errCount.Load()), Errors: f.errors(shards, prepErrs)}, err
 	}
 	if err != nil {
 		return nil, err
@@ -271,15 +280,11 @@ func (f *fold) result(spans []Span, shards []*shard, prepErrs []foldError, event
 	for _, sh := range shards {
 		n += len(sh.slots)
 	}
-	var errs []foldError
 	if f.base != nil {
 		r.States = maps.Clone(f.base.States)
 		r.Newest = maps.Clone(f.base.Newest)
 		r.Events += f.base.Events
 		r.Applied = f.base.Applied
-		for _, e := range f.base.Errors {
-			errs = append(errs, foldError{EventError: e})
-		}
 		for _, p := range f.base.Pins {
 			if _, ok := slices.BinarySearchFunc(spans, p.Log, func(s Span, log string) int { return cmp.Compare(s.Pin.Log, log) }); !ok {
 				r.Pins = append(r.Pins, p)
@@ -288,6 +293,8 @@ func (f *fold) result(spans []Span, shards []*shard, prepErrs []foldError, event
 	}
 	if r.States == nil {
 		r.States = make(map[string]State, n)
+	}
+	if r.Newest == nil {
 		r.Newest = make(map[string]EventRef, n)
 	}
 	for _, sh := range shards {
@@ -298,6 +305,27 @@ func (f *fold) result(spans []Span, shards []*shard, prepErrs []foldError, event
 			}
 		}
 		r.Applied += sh.applied
+	}
+	r.Errors = f.errors(shards, prepErrs)
+	r.ErrorCount = int(f.errCount.Load())
+	for _, s := range spans {
+		r.Pins = append(r.Pins, s.Pin)
+	}
+	slices.SortFunc(r.Pins, func(a, b Pin) int { return cmp.Compare(a.Log, b.Log) })
+	return r
+}
+
+// errors returns the first maxErrors errors of base and the fold, in the
+// order they were met: (log, index, the key's position in the entry's
+// keys).
+func (f *fold) errors(shards []*shard, prepErrs []foldError) []EventError {
+	var errs []foldError
+	if f.base != nil {
+		for _, e := range f.base.Errors {
+			errs = append(errs, foldError{EventError: e})
+		}
+	}
+	for _, sh := range shards {
 		errs = append(errs, sh.errs...)
 	}
 	errs = append(errs, prepErrs...)
@@ -311,15 +339,11 @@ func (f *fold) result(spans []Span, shards []*shard, prepErrs []foldError, event
 		}
 		return cmp.Compare(a.pos, b.pos)
 	})
+	var out []EventError
 	for _, e := range errs[:min(len(errs), maxErrors)] {
-		r.Errors = append(r.Errors, e.EventError)
+		out = append(out, e.EventError)
 	}
-	r.ErrorCount = int(f.errCount.Load())
-	for _, s := range spans {
-		r.Pins = append(r.Pins, s.Pin)
-	}
-	slices.SortFunc(r.Pins, func(a, b Pin) int { return cmp.Compare(a.Log, b.Log) })
-	return r
+	return out
 }
 
 // foldError is an EventError with the position of its key among the
@@ -601,6 +625,9 @@ func (p *pipeline) prepare(ctx context.Context, j job) (*batch, error) {
 	// Sized for the whole batch: steps point into it, so it must not grow.
 	ents := make([]entry, 0, j.to-j.from)
 	next := j.from
+	// Room for a step per entry, spread over the shards, and a little
+	// more: one allocation per shard for most batches.
+	stepsCap := int(j.to-j.from)/p.shards + 16
 	err := s.Reader.Entries(ctx, j.from, j.to, func(r *ledger.Record) error {
 		if r.Index != next || next >= j.to {
 			return fmt.Errorf("reader returned entry %d, want %d", r.Index, next)
@@ -641,6 +668,9 @@ func (p *pipeline) prepare(ctx context.Context, j job) (*batch, error) {
 			sh := 0
 			if p.shards > 1 {
 				sh = int(maphash.String(p.seed, k) % uint64(p.shards))
+			}
+			if b.steps[sh] == nil {
+				b.steps[sh] = make([]step, 0, stepsCap)
 			}
 			b.steps[sh] = append(b.steps[sh], step{key: k, dec: dec, e: e, pos: pos})
 			used = true

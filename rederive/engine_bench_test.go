@@ -203,26 +203,30 @@ func BenchmarkFold(b *testing.B) {
 		}
 		reportFoldRate(b, size, cpu0)
 	})
-	mem := foldBenchMemLog()
-	memSpans := []Span{{Reader: mem, To: foldBenchEvents, Pin: Pin{Log: mem.name, Size: foldBenchEvents}}}
+	memSpans := func() []Span {
+		mem := foldBenchMemLog()
+		return []Span{{Reader: mem, To: foldBenchEvents, Pin: Pin{Log: mem.name, Size: foldBenchEvents}}}
+	}
+	ledgerSpans := func() []Span { return spans }
 	for _, c := range []struct {
 		name  string
 		d     Derivation
 		keys  int
-		spans []Span
+		spans func() []Span
 	}{
-		{"ledger/read", &noopDerivation{}, 0, spans},
-		{"ledger/go", &goBalances{}, foldBenchAccounts, spans},
-		{"ledger/cel", cel, foldBenchAccounts, spans},
+		{"ledger/read", &noopDerivation{}, 0, ledgerSpans},
+		{"ledger/go", &goBalances{}, foldBenchAccounts, ledgerSpans},
+		{"ledger/cel", cel, foldBenchAccounts, ledgerSpans},
 		{"memory/go", &goBalances{}, foldBenchAccounts, memSpans},
 		{"memory/cel", cel, foldBenchAccounts, memSpans},
 	} {
 		for _, w := range []int{1, 2, 4} {
 			b.Run(fmt.Sprintf("%s/workers=%d", c.name, w), func(b *testing.B) {
+				spans := c.spans()
 				b.ReportAllocs()
 				cpu0 := foldCPUTime()
 				for b.Loop() {
-					r, err := Fold(context.Background(), c.d, nil, c.spans, FoldOptions{Workers: w})
+					r, err := Fold(context.Background(), c.d, nil, spans, FoldOptions{Workers: w})
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	mrand "math/rand/v2"
+	"os"
 	"reflect"
 	"runtime"
 	"slices"
@@ -496,8 +497,15 @@ func TestFoldErrors(t *testing.T) {
 	}
 	for _, budget := range []int{0, 10, len(want) - 1} {
 		r, err := Fold(context.Background(), d, nil, spans, FoldOptions{ErrorBudget: budget})
-		if !errors.Is(err, ErrBudget) || r != nil {
-			t.Errorf("budget %d: %v, %v; want ErrBudget", budget, r, err)
+		if !errors.Is(err, ErrBudget) {
+			t.Errorf("budget %d: %v; want ErrBudget", budget, err)
+			continue
+		}
+		// The errors met so far come back for the report.
+		if r == nil || r.States != nil || r.ErrorCount <= budget || len(r.Errors) == 0 || len(r.Errors) > min(r.ErrorCount, maxErrors) {
+			t.Errorf("budget %d: result %+v", budget, r)
+		} else if e := r.Errors[0]; e.Log == "" || e.Err == "" {
+			t.Errorf("budget %d: first error %+v", budget, e)
 		}
 	}
 
@@ -688,4 +696,65 @@ func TestFoldReaderReusesBuffers(t *testing.T) {
 		spans[i].Reader = reusingReader{spans[i].Reader}
 	}
 	sameResult(t, d, "reader reusing its buffers", want, mustFold(t, d, nil, spans, FoldOptions{Workers: 3}))
+}
+
+// ExampleFold folds a log, continues the result as the log grows, and
+// keeps the result across restarts in a bucket.
+func ExampleFold() {
+	dir, err := os.MkdirTemp("", "rederive-example")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	skey, vkey, _ := note.GenerateKey(rand.Reader, "example.com")
+	signer, _ := note.NewSigner(skey)
+	verifier, _ := note.NewVerifier(vkey)
+	store, err := ledger.Open(dir, signer, verifier, ledger.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		panic(err)
+	}
+	defer store.Close()
+	l, _ := store.CreateLog("payments.0")
+	add := func(payloads ...string) {
+		var es []ledger.Entry
+		for _, p := range payloads {
+			es = append(es, ledger.Entry{Payload: []byte(p), Time: time.Unix(1_700_000_000, 0)})
+		}
+		if _, err := l.Append(context.Background(), es); err != nil {
+			panic(err)
+		}
+	}
+	span := func(from uint64) Span {
+		root, _ := l.RootAt(l.Size())
+		return Span{Reader: LocalLog(l), From: from, To: l.Size(), Pin: Pin{Log: l.Name(), Size: l.Size(), Root: root}}
+	}
+	d := &goBalances{} // balances by account
+
+	add(`{"type":"payment","account":"alice","amount":10}`,
+		`{"type":"transfer","from":"alice","to":"bob","amount":3}`)
+	r, err := Fold(context.Background(), d, nil, []Span{span(0)}, FoldOptions{})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(r.States["alice"].(goBalance).Sum, r.States["bob"].(goBalance).Sum)
+
+	// Keep the result; a later run loads it and folds only the new entries.
+	bucket, _ := store.Bucket("rederive")
+	if err := SaveResult(bucket, d, r); err != nil {
+		panic(err)
+	}
+	add(`{"type":"payment","account":"bob","amount":5}`)
+	base, err := LoadResult(bucket, d)
+	if err != nil {
+		panic(err)
+	}
+	p, _ := base.Pin("payments.0")
+	r, err = Fold(context.Background(), d, base, []Span{span(p.Size)}, FoldOptions{})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(r.States["alice"].(goBalance).Sum, r.States["bob"].(goBalance).Sum, r.Events, r.Newest["bob"].Index)
+	// Output:
+	// 7 3
+	// 7 8 3 2
 }

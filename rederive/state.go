@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/auditd/auditd/ledger"
@@ -189,24 +190,61 @@ func LoadResult(b *ledger.Bucket, d Derivation) (*Result, error) {
 		States: make(map[string]State, m.Keys), Newest: make(map[string]EventRef, m.Keys),
 		Events: m.Events, Applied: m.Applied, ErrorCount: m.ErrorCount, Errors: m.Errors,
 	}
+	// Two goroutines fill the two maps while this one reads and decodes
+	// the records: on a million keys, map inserts cost as much as the
+	// rest.
+	type record struct {
+		key    string
+		state  State
+		ref    EventRef
+		hasRef bool
+	}
+	const chunk = 4096
+	toStates, toNewest := make(chan []record, 4), make(chan []record, 4)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for c := range toStates {
+			for i := range c {
+				r.States[c[i].key] = c[i].state
+			}
+		}
+	})
+	wg.Go(func() {
+		for c := range toNewest {
+			for i := range c {
+				if c[i].hasRef {
+					r.Newest[c[i].key] = c[i].ref
+				}
+			}
+		}
+	})
 	prefix := stateGenPrefix(name, m.Generation)
+	c := make([]record, 0, chunk)
+	n := 0
 	err = b.Scan(prefix, func(k, v []byte) error {
 		key := string(k[len(prefix):])
 		state, ref, hasRef, err := decodeStateRecord(d, m.Pins, v)
 		if err != nil {
 			return fmt.Errorf("key %q: %w", key, err)
 		}
-		r.States[key] = state
-		if hasRef {
-			r.Newest[key] = ref
+		n++
+		if c = append(c, record{key, state, ref, hasRef}); len(c) == chunk {
+			toStates <- c
+			toNewest <- c
+			c = make([]record, 0, chunk)
 		}
 		return nil
 	})
+	toStates <- c
+	toNewest <- c
+	close(toStates)
+	close(toNewest)
+	wg.Wait()
 	if err != nil {
 		return nil, fmt.Errorf("rederive: load %s: %w", name, err)
 	}
-	if len(r.States) != m.Keys {
-		return nil, fmt.Errorf("rederive: load %s: %d keys stored, the meta says %d", name, len(r.States), m.Keys)
+	if n != m.Keys {
+		return nil, fmt.Errorf("rederive: load %s: %d keys stored, the meta says %d", name, n, m.Keys)
 	}
 	return r, nil
 }

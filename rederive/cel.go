@@ -1,6 +1,7 @@
 package rederive
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -501,20 +502,15 @@ func newCELMeta(ev *Event) ref.Val {
 	if ev.Source != nil {
 		f = append(f, celField{"topic", types.String(ev.Source.Topic)})
 	}
-	return &celObject{fields: f, sorted: true}
+	return &celObject{fields: f}
 }
 
-// celObject is a JSON object as a CEL map(string, dyn). Iterating it (and
-// so every comprehension over it) visits its keys in sorted order.
-//
-// A small object (up to 16 fields) keeps its fields in document order, as
-// decoded, possibly with duplicate names: a lookup scans from the end, so
-// the last of duplicates wins as in encoding/json, and the sorted, unique
-// view is built only when the object is iterated. A larger one is sorted
-// and unique from the start and looked up by binary search.
+// celObject is a CEL map(string, dyn) whose fields are sorted by name and
+// unique: meta, a map state restored by Decode, an event's object once
+// iterated. Iterating it (and so every comprehension over it) visits its
+// keys in sorted order.
 type celObject struct {
 	fields []celField
-	sorted bool // fields sorted by name, names unique
 }
 
 type celField struct {
@@ -526,58 +522,6 @@ var (
 	_ traits.Mapper = (*celObject)(nil)
 	_ traits.Zeroer = (*celObject)(nil)
 )
-
-// newCELObject returns an object of the fields of src (not retained).
-func newCELObject(src []celField) *celObject {
-	if len(src) > 16 {
-		return &celObject{fields: sortedCELFields(src), sorted: true}
-	}
-	o := allocCELObject(len(src))
-	o.fields = append(o.fields, src...)
-	return o
-}
-
-// allocCELObject returns an empty object with room for n <= 16 fields, in
-// one allocation rather than two.
-func allocCELObject(n int) *celObject {
-	switch {
-	case n <= 2:
-		b := new(struct {
-			o celObject
-			a [2]celField
-		})
-		b.o.fields = b.a[:0:n]
-		return &b.o
-	case n <= 4:
-		b := new(struct {
-			o celObject
-			a [4]celField
-		})
-		b.o.fields = b.a[:0:n]
-		return &b.o
-	case n <= 8:
-		b := new(struct {
-			o celObject
-			a [8]celField
-		})
-		b.o.fields = b.a[:0:n]
-		return &b.o
-	case n <= 12:
-		b := new(struct {
-			o celObject
-			a [12]celField
-		})
-		b.o.fields = b.a[:0:n]
-		return &b.o
-	default:
-		b := new(struct {
-			o celObject
-			a [16]celField
-		})
-		b.o.fields = b.a[:0:n]
-		return &b.o
-	}
-}
 
 // sortedCELFields returns src's fields sorted by name, keeping the last of
 // duplicate names.
@@ -597,19 +541,11 @@ func sortedCELFields(src []celField) []celField {
 	return out
 }
 
-// view returns the fields sorted by name, unique.
-func (o *celObject) view() []celField {
-	if o.sorted {
-		return o.fields
-	}
-	return sortedCELFields(o.fields)
-}
-
 func (o *celObject) lookup(name string) (ref.Val, bool) {
 	f := o.fields
-	if !o.sorted {
-		for i := len(f) - 1; i >= 0; i-- {
-			if f[i].name == name {
+	if len(f) <= 16 {
+		for i := range f {
+			if len(f[i].name) == len(name) && f[i].name == name {
 				return f[i].val, true
 			}
 		}
@@ -654,28 +590,14 @@ func (o *celObject) Contains(key ref.Val) ref.Val {
 	return types.Bool(ok)
 }
 
-// len returns the number of distinct names.
-func (o *celObject) len() int {
-	if o.sorted {
-		return len(o.fields)
-	}
-	n := 0
-	for i, f := range o.fields {
-		if !slices.ContainsFunc(o.fields[i+1:], func(g celField) bool { return g.name == f.name }) {
-			n++
-		}
-	}
-	return n
-}
-
-func (o *celObject) Size() ref.Val     { return types.Int(o.len()) }
+func (o *celObject) Size() ref.Val     { return types.Int(len(o.fields)) }
 func (o *celObject) IsZeroValue() bool { return len(o.fields) == 0 }
 func (o *celObject) Type() ref.Type    { return types.MapType }
 func (o *celObject) Value() any        { return o }
 
 func (o *celObject) refValMap() traits.Mapper {
 	m := make(map[ref.Val]ref.Val, len(o.fields))
-	for _, f := range o.fields { // in order: the last duplicate wins
+	for _, f := range o.fields {
 		m[types.String(f.name)] = f.val
 	}
 	return types.NewRefValMap(types.DefaultTypeAdapter, m)
@@ -700,7 +622,7 @@ func (o *celObject) Equal(other ref.Val) ref.Val {
 	if !ok {
 		return types.False
 	}
-	fields := o.view()
+	fields := o.fields
 	if m.Size() != types.Int(len(fields)) {
 		return types.False
 	}
@@ -719,7 +641,7 @@ func (o *celObject) Equal(other ref.Val) ref.Val {
 func (o *celObject) String() string {
 	var b strings.Builder
 	b.WriteByte('{')
-	for i, f := range o.view() {
+	for i, f := range o.fields {
 		if i > 0 {
 			b.WriteString(", ")
 		}
@@ -729,7 +651,7 @@ func (o *celObject) String() string {
 	return b.String()
 }
 
-func (o *celObject) Iterator() traits.Iterator { return &celObjectIterator{fields: o.view()} }
+func (o *celObject) Iterator() traits.Iterator { return &celObjectIterator{fields: o.fields} }
 
 // celObjectIterator visits an object's keys in order.
 type celObjectIterator struct {
@@ -762,11 +684,11 @@ func (it *celObjectIterator) Value() any            { return nil }
 // other number a double. Objects become maps with string keys, arrays
 // lists.
 type celJSONDecoder struct {
-	s      string
-	i      int
-	depth  int
-	fields []celField // objects under construction, innermost last
-	elems  []ref.Val  // arrays under construction, innermost last
+	s       string
+	i       int
+	depth   int
+	jfields []celJSONField // objects being indexed, innermost last
+	elems   []ref.Val      // arrays under construction, innermost last
 }
 
 var celJSONDecoders = sync.Pool{New: func() any { return new(celJSONDecoder) }}
@@ -782,16 +704,20 @@ func decodeEventJSON(b []byte) (ref.Val, error) {
 			v, err = nil, d.errorf("invalid character %q after top-level value", d.s[d.i])
 		}
 	}
-	// The scratch stacks keep references to this event's values until
-	// overwritten; the pool drops idle decoders at garbage collection, and
-	// large stacks are not kept.
+	d.release()
+	return v, err
+}
+
+// release returns d to the pool. Its scratch stacks keep references to
+// the last event's values until overwritten; the pool drops idle decoders
+// at garbage collection, and large stacks are not kept.
+func (d *celJSONDecoder) release() {
 	d.s = ""
-	d.fields, d.elems = d.fields[:0], d.elems[:0]
-	if cap(d.fields) > 1024 || cap(d.elems) > 1024 {
-		d.fields, d.elems = nil, nil
+	d.jfields, d.elems = d.jfields[:0], d.elems[:0]
+	if cap(d.jfields) > 1024 || cap(d.elems) > 1024 {
+		d.jfields, d.elems = nil, nil
 	}
 	celJSONDecoders.Put(d)
-	return v, err
 }
 
 func (d *celJSONDecoder) errorf(format string, args ...any) error {
@@ -816,7 +742,7 @@ func (d *celJSONDecoder) value() (ref.Val, error) {
 	}
 	switch c := d.s[d.i]; c {
 	case '{':
-		return d.object()
+		return d.index()
 	case '[':
 		return d.array()
 	case '"':
@@ -847,17 +773,219 @@ func (d *celJSONDecoder) literal(lit string, v ref.Val) (ref.Val, error) {
 	return v, nil
 }
 
-func (d *celJSONDecoder) object() (ref.Val, error) {
+// celJSONObject is a JSON object of an event, decoded lazily: Prepare
+// validates the whole payload and indexes the object's fields. A number,
+// bool, null or plain string is decoded (boxed) each time an expression
+// reads it, which costs no more than boxing it once up front for fields
+// read once or twice, and nothing for fields never read. Other values
+// (nested objects and arrays, strings with escapes) are decoded on first
+// read, once, under a sync.Once: Steps of the same event may run at once.
+// Iterating it visits its keys in sorted order, as for celObject.
+type celJSONObject struct {
+	src    string         // the whole payload
+	fields []celJSONField // in document order; the last duplicate wins
+}
+
+// celJSONField locates one field's value in the payload.
+type celJSONField struct {
+	name       string
+	start, end int   // the value's text, src[start:end]
+	kind       uint8 // jsonNull ...
+	bits       uint64
+	once       *celJSONOnce // for jsonStringEsc, jsonObject, jsonArray
+}
+
+// celJSONOnce holds a value decoded on first read.
+type celJSONOnce struct {
+	once sync.Once
+	v    ref.Val
+}
+
+// Kinds of JSON values, as indexed.
+const (
+	jsonNull      uint8 = iota
+	jsonFalse           //
+	jsonTrue            //
+	jsonInt             // bits: the int64
+	jsonDouble          // bits: the float64
+	jsonString          // no escapes, valid UTF-8: the text between the quotes
+	jsonStringEsc       // decoded on access
+	jsonObject          // indexed on access
+	jsonArray           // decoded on access
+)
+
+var (
+	_ traits.Mapper = (*celJSONObject)(nil)
+	_ traits.Zeroer = (*celJSONObject)(nil)
+)
+
+// allocCELJSONObject returns an empty object with room for n fields, in
+// one allocation for up to 16.
+func allocCELJSONObject(src string, n int) *celJSONObject {
+	switch {
+	case n <= 4:
+		b := new(struct {
+			o celJSONObject
+			a [4]celJSONField
+		})
+		b.o.src, b.o.fields = src, b.a[:0:n]
+		return &b.o
+	case n <= 8:
+		b := new(struct {
+			o celJSONObject
+			a [8]celJSONField
+		})
+		b.o.src, b.o.fields = src, b.a[:0:n]
+		return &b.o
+	case n <= 12:
+		b := new(struct {
+			o celJSONObject
+			a [12]celJSONField
+		})
+		b.o.src, b.o.fields = src, b.a[:0:n]
+		return &b.o
+	case n <= 16:
+		b := new(struct {
+			o celJSONObject
+			a [16]celJSONField
+		})
+		b.o.src, b.o.fields = src, b.a[:0:n]
+		return &b.o
+	}
+	return &celJSONObject{src: src, fields: make([]celJSONField, 0, n)}
+}
+
+// value decodes a field's value.
+func (o *celJSONObject) value(f *celJSONField) ref.Val {
+	switch f.kind {
+	case jsonString:
+		return types.String(o.src[f.start+1 : f.end-1])
+	case jsonInt:
+		return types.Int(int64(f.bits))
+	case jsonDouble:
+		return types.Double(math.Float64frombits(f.bits))
+	case jsonTrue:
+		return types.True
+	case jsonFalse:
+		return types.False
+	case jsonNull:
+		return types.NullValue
+	}
+	f.once.once.Do(func() {
+		d := celJSONDecoders.Get().(*celJSONDecoder)
+		d.s, d.i, d.depth = o.src, f.start, 0
+		v, err := d.value()
+		d.release()
+		if err != nil { // validated by Prepare: cannot happen
+			v = types.WrapErr(err)
+		}
+		f.once.v = v
+	})
+	return f.once.v
+}
+
+func (o *celJSONObject) field(name string) *celJSONField {
+	f := o.fields
+	for i := len(f) - 1; i >= 0; i-- { // from the end: the last duplicate wins
+		if len(f[i].name) == len(name) && f[i].name == name {
+			return &f[i]
+		}
+	}
+	return nil
+}
+
+// FindStringKey is the interpreter's fast path for field selection.
+func (o *celJSONObject) FindStringKey(name string) (any, bool) {
+	if f := o.field(name); f != nil {
+		return o.value(f), true
+	}
+	return nil, false
+}
+
+func (o *celJSONObject) Find(key ref.Val) (ref.Val, bool) {
+	s, ok := key.(types.String)
+	if !ok {
+		if types.IsUnknownOrError(key) {
+			return key, false
+		}
+		return nil, false
+	}
+	if f := o.field(string(s)); f != nil {
+		return o.value(f), true
+	}
+	return nil, false
+}
+
+func (o *celJSONObject) Get(key ref.Val) ref.Val {
+	v, ok := o.Find(key)
+	if !ok {
+		return types.ValOrErr(v, "no such key: %v", key)
+	}
+	return v
+}
+
+func (o *celJSONObject) Contains(key ref.Val) ref.Val {
+	s, ok := key.(types.String)
+	if !ok {
+		if types.IsUnknownOrError(key) {
+			return key
+		}
+		return types.False
+	}
+	return types.Bool(o.field(string(s)) != nil)
+}
+
+// eager returns the object decoded: sorted, unique.
+func (o *celJSONObject) eager() *celObject {
+	fields := make([]celField, len(o.fields))
+	for i := range o.fields {
+		fields[i] = celField{o.fields[i].name, o.value(&o.fields[i])}
+	}
+	return &celObject{fields: sortedCELFields(fields)}
+}
+
+func (o *celJSONObject) Size() ref.Val {
+	n := 0
+	for i, f := range o.fields {
+		if !slices.ContainsFunc(o.fields[i+1:], func(g celJSONField) bool { return g.name == f.name }) {
+			n++
+		}
+	}
+	return types.Int(n)
+}
+
+func (o *celJSONObject) IsZeroValue() bool { return len(o.fields) == 0 }
+func (o *celJSONObject) Type() ref.Type    { return types.MapType }
+func (o *celJSONObject) Value() any        { return o }
+func (o *celJSONObject) ConvertToNative(t reflect.Type) (any, error) {
+	return o.eager().ConvertToNative(t)
+}
+func (o *celJSONObject) Equal(other ref.Val) ref.Val { return o.eager().Equal(other) }
+func (o *celJSONObject) String() string              { return o.eager().String() }
+func (o *celJSONObject) Iterator() traits.Iterator   { return o.eager().Iterator() }
+
+func (o *celJSONObject) ConvertToType(t ref.Type) ref.Val {
+	switch t {
+	case types.MapType:
+		return o
+	case types.TypeType:
+		return types.MapType
+	}
+	return types.NewErr("type conversion error from '%s' to '%s'", types.MapType, t)
+}
+
+// index indexes the object at d.i (an opening brace), validating it.
+func (d *celJSONDecoder) index() (ref.Val, error) {
 	d.i++ // {
 	if d.depth++; d.depth > celMaxDepth {
 		return nil, d.errorf("nested too deeply")
 	}
-	start := len(d.fields)
+	start := len(d.jfields)
 	d.skipSpace()
 	if d.i < len(d.s) && d.s[d.i] == '}' {
 		d.i++
 		d.depth--
-		return &celObject{}, nil
+		return &celJSONObject{src: d.s}, nil
 	}
 	for {
 		d.skipSpace()
@@ -873,11 +1001,17 @@ func (d *celJSONDecoder) object() (ref.Val, error) {
 			return nil, d.errorf("want ':' after object key")
 		}
 		d.i++
-		v, err := d.value()
-		if err != nil {
+		d.skipSpace()
+		f := celJSONField{name: name, start: d.i}
+		if f.kind, f.bits, err = d.skip(); err != nil {
 			return nil, err
 		}
-		d.fields = append(d.fields, celField{name, v})
+		f.end = d.i
+		switch f.kind {
+		case jsonStringEsc, jsonObject, jsonArray:
+			f.once = new(celJSONOnce)
+		}
+		d.jfields = append(d.jfields, f)
 		d.skipSpace()
 		if d.i >= len(d.s) {
 			return nil, d.errorf("unexpected end of input in object")
@@ -891,10 +1025,121 @@ func (d *celJSONDecoder) object() (ref.Val, error) {
 		d.i++
 		break
 	}
-	o := newCELObject(d.fields[start:])
-	d.fields = d.fields[:start]
+	o := allocCELJSONObject(d.s, len(d.jfields)-start)
+	o.fields = append(o.fields, d.jfields[start:]...)
+	d.jfields = d.jfields[:start]
 	d.depth--
 	return o, nil
+}
+
+// skip validates the value at d.i and moves past it. It returns the
+// value's kind and, for a number, its bits.
+func (d *celJSONDecoder) skip() (kind uint8, bits uint64, err error) {
+	d.skipSpace()
+	if d.i >= len(d.s) {
+		return 0, 0, d.errorf("unexpected end of input")
+	}
+	switch c := d.s[d.i]; c {
+	case '{', '[':
+		if d.depth++; d.depth > celMaxDepth {
+			return 0, 0, d.errorf("nested too deeply")
+		}
+		d.i++
+		kind, end := jsonArray, byte(']')
+		if c == '{' {
+			kind, end = jsonObject, '}'
+		}
+		d.skipSpace()
+		if d.i < len(d.s) && d.s[d.i] == end {
+			d.i++
+			d.depth--
+			return kind, 0, nil
+		}
+		for {
+			if kind == jsonObject {
+				d.skipSpace()
+				if d.i >= len(d.s) || d.s[d.i] != '"' {
+					return 0, 0, d.errorf("want a string key")
+				}
+				if _, err := d.skipStr(); err != nil {
+					return 0, 0, err
+				}
+				d.skipSpace()
+				if d.i >= len(d.s) || d.s[d.i] != ':' {
+					return 0, 0, d.errorf("want ':' after object key")
+				}
+				d.i++
+			}
+			if _, _, err := d.skip(); err != nil {
+				return 0, 0, err
+			}
+			d.skipSpace()
+			if d.i >= len(d.s) {
+				return 0, 0, d.errorf("unexpected end of input in %s", map[bool]string{true: "object", false: "array"}[kind == jsonObject])
+			}
+			if c := d.s[d.i]; c == ',' {
+				d.i++
+				continue
+			} else if c != end {
+				if kind == jsonObject {
+					return 0, 0, d.errorf("invalid character %q after object value", c)
+				}
+				return 0, 0, d.errorf("invalid character %q after array element", c)
+			}
+			d.i++
+			d.depth--
+			return kind, 0, nil
+		}
+	case '"':
+		esc, err := d.skipStr()
+		if esc {
+			return jsonStringEsc, 0, err
+		}
+		return jsonString, 0, err
+	case 't':
+		_, err := d.literal("true", types.True)
+		return jsonTrue, 0, err
+	case 'f':
+		_, err := d.literal("false", types.False)
+		return jsonFalse, 0, err
+	case 'n':
+		_, err := d.literal("null", types.NullValue)
+		return jsonNull, 0, err
+	default:
+		if c == '-' || c >= '0' && c <= '9' {
+			return d.numberBits()
+		}
+		return 0, 0, d.errorf("invalid character %q looking for a value", c)
+	}
+}
+
+// skipStr validates the string at d.i and moves past it. esc reports
+// whether it needs decoding (escapes or invalid UTF-8).
+func (d *celJSONDecoder) skipStr() (esc bool, err error) {
+	s := d.s
+	start := d.i + 1
+	for i := start; i < len(s); {
+		c := s[i]
+		switch {
+		case c == '"':
+			d.i = i + 1
+			return false, nil
+		case c == '\\' || c < 0x20:
+			_, err := d.strSlow(start)
+			return true, err
+		case c < utf8.RuneSelf:
+			i++
+		default:
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && size == 1 {
+				_, err := d.strSlow(start)
+				return true, err
+			}
+			i += size
+		}
+	}
+	d.i = len(s)
+	return false, d.errorf("unterminated string")
 }
 
 func (d *celJSONDecoder) array() (ref.Val, error) {
@@ -935,6 +1180,19 @@ func (d *celJSONDecoder) array() (ref.Val, error) {
 }
 
 func (d *celJSONDecoder) number() (ref.Val, error) {
+	kind, bits, err := d.numberBits()
+	if err != nil {
+		return nil, err
+	}
+	if kind == jsonInt {
+		return types.Int(int64(bits)), nil
+	}
+	return types.Double(math.Float64frombits(bits)), nil
+}
+
+// numberBits reads the number at d.i: an int (jsonInt) when its text is an
+// integer within int64, else a double (jsonDouble).
+func (d *celJSONDecoder) numberBits() (kind uint8, bits uint64, err error) {
 	s, start, i := d.s, d.i, d.i
 	if s[i] == '-' {
 		i++
@@ -953,7 +1211,7 @@ func (d *celJSONDecoder) number() (ref.Val, error) {
 		digits()
 	default:
 		d.i = i
-		return nil, d.errorf("invalid number")
+		return 0, 0, d.errorf("invalid number")
 	}
 	isInt := true
 	if i < len(s) && s[i] == '.' {
@@ -961,7 +1219,7 @@ func (d *celJSONDecoder) number() (ref.Val, error) {
 		isInt = false
 		if digits() == 0 {
 			d.i = i
-			return nil, d.errorf("invalid number: want a digit after '.'")
+			return 0, 0, d.errorf("invalid number: want a digit after '.'")
 		}
 	}
 	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
@@ -972,7 +1230,7 @@ func (d *celJSONDecoder) number() (ref.Val, error) {
 		}
 		if digits() == 0 {
 			d.i = i
-			return nil, d.errorf("invalid number: want a digit in the exponent")
+			return 0, 0, d.errorf("invalid number: want a digit in the exponent")
 		}
 	}
 	d.i = i
@@ -990,17 +1248,17 @@ func (d *celJSONDecoder) number() (ref.Val, error) {
 			if text[0] == '-' {
 				v = -v
 			}
-			return types.Int(v), nil
+			return jsonInt, uint64(v), nil
 		}
 		if v, err := strconv.ParseInt(text, 10, 64); err == nil {
-			return types.Int(v), nil
+			return jsonInt, uint64(v), nil
 		}
 	}
 	f, err := strconv.ParseFloat(text, 64)
 	if err != nil {
-		return nil, d.errorf("number %s out of range", text)
+		return 0, 0, d.errorf("number %s out of range", text)
 	}
-	return types.Double(f), nil
+	return jsonDouble, math.Float64bits(f), nil
 }
 
 // str decodes a string at d.i (an opening quote). Without escapes or
@@ -1191,28 +1449,42 @@ func appendCELValue(b []byte, v ref.Val, depth int) ([]byte, error) {
 			return append(b, 'o'), nil
 		}
 		return appendCELValue(append(b, 'O'), v.GetValue(), depth+1)
+	case *celJSONObject:
+		return appendCELValue(b, v.eager(), depth)
+	case *celObject:
+		// As for any map, but without boxing each name.
+		var enc []byte
+		var spans []celEntrySpan
+		var err error
+		for _, f := range v.fields {
+			k0 := len(enc)
+			enc = binary.AppendUvarint(append(enc, 's'), uint64(len(f.name)))
+			enc = append(enc, f.name...)
+			k1 := len(enc)
+			if enc, err = appendCELValue(enc, f.val, depth+1); err != nil {
+				return nil, err
+			}
+			spans = append(spans, celEntrySpan{k0, k1, len(enc)})
+		}
+		return appendCELEntries(b, enc, spans), nil
 	case traits.Mapper:
-		type entry struct{ k, v []byte }
-		var entries []entry
+		var enc []byte
+		var spans []celEntrySpan
+		var err error
 		for it := v.Iterator(); it.HasNext() == types.True; {
 			k := it.Next()
 			val, _ := v.Find(k)
-			kb, err := appendCELValue(nil, k, depth+1)
-			if err != nil {
+			k0 := len(enc)
+			if enc, err = appendCELValue(enc, k, depth+1); err != nil {
 				return nil, err
 			}
-			vb, err := appendCELValue(nil, val, depth+1)
-			if err != nil {
+			k1 := len(enc)
+			if enc, err = appendCELValue(enc, val, depth+1); err != nil {
 				return nil, err
 			}
-			entries = append(entries, entry{kb, vb})
+			spans = append(spans, celEntrySpan{k0, k1, len(enc)})
 		}
-		slices.SortFunc(entries, func(a, b entry) int { return strings.Compare(string(a.k), string(b.k)) })
-		b = binary.AppendUvarint(append(b, 'm'), uint64(len(entries)))
-		for _, e := range entries {
-			b = append(append(b, e.k...), e.v...)
-		}
-		return b, nil
+		return appendCELEntries(b, enc, spans), nil
 	case traits.Lister:
 		n, _ := v.Size().(types.Int)
 		b = binary.AppendUvarint(append(b, 'l'), uint64(n))
@@ -1229,6 +1501,21 @@ func appendCELValue(b []byte, v ref.Val, depth int) ([]byte, error) {
 		return b, nil
 	}
 	return nil, fmt.Errorf("encode: state of type %s cannot be stored", v.Type().TypeName())
+}
+
+// celEntrySpan locates one encoded map entry: its key is enc[k0:k1], its
+// value enc[k1:end].
+type celEntrySpan struct{ k0, k1, end int }
+
+// appendCELEntries appends a map of the entries in enc, in the order of
+// their encoded keys.
+func appendCELEntries(b, enc []byte, spans []celEntrySpan) []byte {
+	slices.SortFunc(spans, func(x, y celEntrySpan) int { return bytes.Compare(enc[x.k0:x.k1], enc[y.k0:y.k1]) })
+	b = binary.AppendUvarint(append(b, 'm'), uint64(len(spans)))
+	for _, e := range spans {
+		b = append(b, enc[e.k0:e.end]...)
+	}
+	return b
 }
 
 // Decode reads a state written by Encode.
@@ -1404,7 +1691,7 @@ func (r *celStateReader) value(depth int) (ref.Val, error) {
 			if len(sorted) != len(fields) {
 				return nil, errors.New("duplicate map key")
 			}
-			return &celObject{fields: sorted, sorted: true}, nil
+			return &celObject{fields: sorted}, nil
 		}
 		m := make(map[ref.Val]ref.Val, n)
 		for i, k := range keys {

@@ -586,3 +586,35 @@ func checkJSONAgainstStdlib(t testing.TB, data []byte, v ref.Val) {
 		t.Fatalf("%q: got %#v, encoding/json %#v", data, got, want)
 	}
 }
+
+// TestCELSharedEvent steps one prepared event for many keys at once, as the
+// engine's shards do: values decoded on first read are shared safely.
+func TestCELSharedEvent(t *testing.T) {
+	d := celSpec(t, `
+		key: 'event.items.map(i, i.sku)'
+		initial: "0"
+		step: 'state + event.items.filter(i, i.sku == key)[0].qty + size(event.note) + size(event.meta.tags)'`)
+	ev := &Event{Payload: []byte(`{"items":[{"sku":"a","qty":1},{"sku":"b","qty":2},{"sku":"c","qty":3},{"sku":"d","qty":4}],"note":"caf\u00e9","meta":{"tags":["x","y"]}}`)}
+	keys, dec, err := d.Prepare(ev)
+	if err != nil || len(keys) != 4 {
+		t.Fatalf("keys %v, err %v", keys, err)
+	}
+	var wg sync.WaitGroup
+	got := make([]any, len(keys))
+	for i, k := range keys {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st, err := d.Step(types.Int(0), dec, ev, k)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			got[i], _ = d.Export(st)
+		}()
+	}
+	wg.Wait()
+	if want := []any{int64(7), int64(8), int64(9), int64(10)}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+}

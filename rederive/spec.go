@@ -55,7 +55,7 @@ type Spec struct {
 	// many runs; 1 confirms at once (default 2).
 	ConfirmRuns int `yaml:"confirm_runs"`
 	// Lineage is how many ledger entries a drift report names per drifted
-	// key, newest first (default 5; 0 names none).
+	// key, the last ones, listed oldest first (default 5; 0 names none).
 	Lineage int `yaml:"lineage"`
 	// ErrorBudget is how many derivation errors (events whose filter, key
 	// or step failed) a run tolerates before it fails with ErrBudget

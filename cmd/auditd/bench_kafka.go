@@ -13,8 +13,11 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"os/exec"
+	"regexp"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"runtime/pprof"
 	"sort"
 	"strconv"
@@ -57,6 +60,8 @@ type benchKafkaFlags struct {
 	dir         string
 	cpuProfile  string
 	jsonOut     string
+	fetchOnly   bool
+	daemon      bool
 }
 
 func benchKafka(args []string) error {
@@ -70,6 +75,8 @@ func benchKafka(args []string) error {
 	fs.StringVar(&f.dir, "data-dir", "", "ledger data directory (default: a temporary one, removed after)")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the consuming phase to this file")
 	fs.StringVar(&f.jsonOut, "json", "", "also write the results as JSON to this file")
+	fs.BoolVar(&f.fetchOnly, "fetch-only", false, "only fetch the records with a Kafka client, no ledger: the broker and client's share")
+	fs.BoolVar(&f.daemon, "daemon", false, "consume with \"auditd serve\" run as a child process (its own memory, measured apart from the broker's)")
 	fs.Usage = func() { fmt.Fprint(fs.Output(), benchKafkaUsage); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -134,6 +141,13 @@ func runBenchKafka(ctx context.Context, f benchKafkaFlags, codec kgo.Compression
 	fmt.Printf("memory:  RSS %s at the start, %s with the topic filled: the broker holds ~%s (%.0f bytes/record)\n",
 		mib(rssStart), mib(rssFilled), mib(rssFilled-rssStart), float64(rssFilled-rssStart)/float64(total))
 
+	if f.fetchOnly {
+		return benchFetchOnly(ctx, broker, total, f, res)
+	}
+	if f.daemon {
+		return benchKafkaDaemon(ctx, broker, total, f, res)
+	}
+
 	// A fresh ledger and the Kafka source, as serve wires them.
 	dir, cleanup, err := benchDir(f.dir)
 	if err != nil {
@@ -155,7 +169,7 @@ func runBenchKafka(ctx context.Context, f benchKafkaFlags, codec kgo.Compression
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
-	for _, c := range src.Collectors() {
+	for _, c := range append(src.Collectors(), store.Collectors()...) {
 		reg.MustRegister(c)
 	}
 	if f.cpuProfile != "" {
@@ -189,7 +203,7 @@ func runBenchKafka(ctx context.Context, f benchKafkaFlags, codec kgo.Compression
 		if n > 0 && first == 0 {
 			first = now
 		}
-		samples = append(samples, rssSample{at: now, entries: n, rss: procStatusKB("VmRSS")})
+		samples = append(samples, rssSample{at: now, entries: n, rss: procStatusKB("VmRSS"), heap: heapBytes()})
 		if time.Since(lastPrint) >= 5*time.Second {
 			lastPrint = time.Now()
 			fmt.Fprintf(os.Stderr, "kafka: %d/%d (%.0f%%), %.0f/s, RSS %s\n", n, total, 100*float64(n)/float64(total), float64(n)/now.Seconds(), mib(samples[len(samples)-1].rss))
@@ -233,10 +247,20 @@ func runBenchKafka(ctx context.Context, f benchKafkaFlags, codec kgo.Compression
 		total, elapsed.Seconds(), rate, f.partitions, f.valueBytes, ms(first), steady)
 	fmt.Printf("cpu:     %.1f s of CPU for the consuming phase (%.1f cores of %d; broker, client and ledger share the process)\n",
 		cpu.Seconds(), cpu.Seconds()/elapsed.Seconds(), runtime.NumCPU())
+	commitP50, commitP99 := histQuantile(reg, "ledger_commit_duration_seconds", .5), histQuantile(reg, "ledger_commit_duration_seconds", .99)
+	appendP50, appendP99 := histQuantile(reg, "ledger_append_duration_seconds", .5), histQuantile(reg, "ledger_append_duration_seconds", .99)
+	batchP50 := histQuantile(reg, "ledger_commit_batch_entries", .5)
+	res["ledger_commit_p50_ms"], res["ledger_commit_p99_ms"] = commitP50*1000, commitP99*1000
+	res["ledger_append_p50_ms"], res["ledger_append_p99_ms"] = appendP50*1000, appendP99*1000
+	res["ledger_commit_entries_p50"] = batchP50
+	fmt.Printf("ledger:  one group commit (write and sync) p50 %.0f ms p99 %.0f ms, ~%.0f entries; a request's wait in the ledger p50 %.0f ms p99 %.0f ms\n",
+		commitP50*1000, commitP99*1000, batchP50, appendP50*1000, appendP99*1000)
 	fmt.Printf("latency: poll to durable (per partition batch, Prometheus buckets of x2, interpolated): p50 %.0f ms  p99 %.0f ms; a backlog run measures mostly queueing\n", p50*1000, p99*1000)
 	fmt.Printf("memory:  peak RSS (VmHWM) %s, of which the broker ~%s; RSS while consuming %s .. %s (%s above the filled broker at most)\n",
 		mib(peak), mib(rssFilled-rssStart), mib(lo), mib(hi), mib(hi-rssFilled))
-	fmt.Printf("memory:  RSS over the run: %s\n", strings.Join(rssSeries(samples, 12), " "))
+	fmt.Printf("memory:  over the run (time:entries:RSS/Go heap): %s\n", strings.Join(rssSeries(samples, 12), " "))
+	fmt.Printf("memory:  the broker's records are live Go heap here, and the GC lets the heap grow to about twice its live size\n" +
+		"         (GOGC=100): the growth above the broker overstates the source's own memory; -daemon measures auditd serve alone\n")
 	res["load_average_end"] = loadAvg()
 	fmt.Printf("bench: load average %s at the end (other processes share the CPUs)\n", res["load_average_end"])
 	return res, nil
@@ -327,10 +351,180 @@ func fillBenchTopic(ctx context.Context, broker string, f benchKafkaFlags, codec
 	return hwm, nil
 }
 
+// benchFetchOnly reads the topic with a Kafka client configured as the
+// source's, counting records and doing nothing else: the rate the broker
+// and the client alone reach.
+func benchFetchOnly(ctx context.Context, broker string, total int64, f benchKafkaFlags, res map[string]any) (map[string]any, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.ConsumeTopics("bench"), kgo.ConsumerGroup("auditd-bench-fetch"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxBytes(16<<20), kgo.MaxConcurrentFetches(4), kgo.DisableAutoCommit())
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	if f.cpuProfile != "" {
+		pf, err := os.Create(f.cpuProfile)
+		if err != nil {
+			return nil, err
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return nil, err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	cpu0 := cpuTime()
+	start := time.Now()
+	var n, bytes int64
+	for n < total {
+		fs := cl.PollRecords(ctx, 16384)
+		if err := fs.Err0(); err != nil {
+			return nil, err
+		}
+		fs.EachRecord(func(r *kgo.Record) { n++; bytes += int64(len(r.Value) + len(r.Key)) })
+	}
+	elapsed := time.Since(start)
+	cpu := cpuTime() - cpu0
+	res["fetch_only"] = true
+	res["seconds"] = elapsed.Seconds()
+	res["records_per_second"] = float64(n) / elapsed.Seconds()
+	res["cpu_seconds"] = cpu.Seconds()
+	res["rss_peak_bytes"] = procStatusKB("VmHWM")
+	fmt.Printf("fetch:   %d records (%s of keys and values) in %.2fs = %.0f records/s from the broker to a client, no ledger; %.1f s of CPU\n",
+		n, mib(bytes), elapsed.Seconds(), float64(n)/elapsed.Seconds(), cpu.Seconds())
+	return res, nil
+}
+
+var servingLine = regexp.MustCompile(`msg="auditd serving".* addr=(http://[0-9.:]+)`)
+
+// benchKafkaDaemon consumes the topic with "auditd serve" in a child
+// process, polling its API until every log is complete, and reports the
+// child's rate, CPU and memory: the daemon's own, without the broker's.
+func benchKafkaDaemon(ctx context.Context, broker string, total int64, f benchKafkaFlags, res map[string]any) (map[string]any, error) {
+	dir, cleanup, err := benchDir(f.dir)
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--log-format", "text",
+		"--kafka-brokers", broker, "--kafka-topics", "bench", "--kafka-group", "auditd-bench"}
+	if f.batch > 0 {
+		cfg := dir + "/bench.yaml"
+		if err := os.WriteFile(cfg, fmt.Appendf(nil, "kafka:\n  batch_records: %d\n", f.batch), 0o600); err != nil {
+			return nil, err
+		}
+		args = append(args, "--config", cfg)
+	}
+	cmd := exec.CommandContext(ctx, exe, args...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	fmt.Printf("bench: consuming with %s %s ...\n", exe, strings.Join(args, " "))
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	defer cmd.Process.Kill()
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if m := servingLine.FindStringSubmatch(sc.Text()); m != nil {
+				select {
+				case addr <- m[1]:
+				default:
+				}
+			}
+		}
+	}()
+	var url string
+	select {
+	case url = <-addr:
+	case <-time.After(30 * time.Second):
+		return nil, errors.New("bench kafka: the daemon did not serve within 30s")
+	}
+	pid := cmd.Process.Pid
+	var samples []rssSample
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	lastPrint := time.Now()
+	for {
+		<-tick.C
+		var logs []struct {
+			Size int64 `json:"size"`
+		}
+		b, err := httpGet(ctx, url+"/v1/logs")
+		if err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal(b, &logs); err != nil {
+			return nil, err
+		}
+		var n int64
+		for _, l := range logs {
+			n += l.Size
+		}
+		now := time.Since(start)
+		samples = append(samples, rssSample{at: now, entries: n, rss: pidStatusKB(pid, "VmRSS")})
+		if time.Since(lastPrint) >= 5*time.Second {
+			lastPrint = time.Now()
+			fmt.Fprintf(os.Stderr, "kafka: %d/%d (%.0f%%), %.0f/s, daemon RSS %s\n", n, total, 100*float64(n)/float64(total), float64(n)/now.Seconds(), mib(samples[len(samples)-1].rss))
+		}
+		if n >= total {
+			break
+		}
+	}
+	elapsed := time.Since(start)
+	peak := pidStatusKB(pid, "VmHWM")
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return nil, err
+	}
+	if err := cmd.Wait(); err != nil {
+		return nil, fmt.Errorf("bench kafka: the daemon: %w", err)
+	}
+	cpu := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	lo, hi := rssRange(samples)
+	rate := float64(total) / elapsed.Seconds()
+	res["daemon"] = true
+	res["seconds"] = elapsed.Seconds()
+	res["records_per_second"] = rate
+	res["steady_records_per_second"] = steadyRate(samples, total)
+	res["cpu_seconds"] = cpu.Seconds()
+	res["rss_peak_bytes"] = peak
+	res["rss_consuming_min_bytes"], res["rss_consuming_max_bytes"] = lo, hi
+	res["rss_samples"] = rssSeries(samples, 12)
+	fmt.Printf("kafka:   %d records in %.2fs = %.0f records/s broker to durable ledger entries by auditd serve (from its exec; 250 ms polling); between 10%% and 90%%: %.0f records/s\n",
+		total, elapsed.Seconds(), rate, res["steady_records_per_second"])
+	fmt.Printf("cpu:     the daemon used %.1f s of CPU (%.1f cores of %d); the broker ran in this process\n", cpu.Seconds(), cpu.Seconds()/elapsed.Seconds(), runtime.NumCPU())
+	fmt.Printf("memory:  the daemon's peak RSS (VmHWM) %s; RSS while consuming %s .. %s\n", mib(peak), mib(lo), mib(hi))
+	fmt.Printf("memory:  over the run (time:entries:RSS): %s\n", strings.Join(rssSeries(samples, 12), " "))
+	return res, nil
+}
+
+// pidStatusKB is procStatusKB for another process.
+func pidStatusKB(pid int, field string) int64 {
+	return statusKB("/proc/"+strconv.Itoa(pid)+"/status", field)
+}
+
 type rssSample struct {
 	at      time.Duration
 	entries int64
 	rss     int64
+	heap    int64 // Go heap objects, live and not yet swept
+}
+
+// heapBytes reads the Go heap's object bytes without stopping the world.
+func heapBytes() int64 {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return int64(s[0].Value.Uint64())
 }
 
 // steadyRate is the rate between 10% and 90% of the records, leaving out
@@ -359,23 +553,32 @@ func rssRange(s []rssSample) (lo, hi int64) {
 	return lo, hi
 }
 
-// rssSeries picks about n samples, evenly spaced, as "time:RSS" strings.
+// rssSeries picks about n samples, evenly spaced, as "time entries
+// RSS/heap" strings.
 func rssSeries(s []rssSample, n int) []string {
 	var out []string
 	step := max(1, len(s)/n)
-	for i := 0; i < len(s); i += step {
-		out = append(out, fmt.Sprintf("%.1fs:%s", s[i].at.Seconds(), mib(s[i].rss)))
+	f := func(x rssSample) string {
+		if x.heap == 0 {
+			return fmt.Sprintf("%.0fs:%dk:%.0fMiB", x.at.Seconds(), x.entries/1000, float64(x.rss)/(1<<20))
+		}
+		return fmt.Sprintf("%.0fs:%dk:%.0f/%.0fMiB", x.at.Seconds(), x.entries/1000, float64(x.rss)/(1<<20), float64(x.heap)/(1<<20))
 	}
-	if last := s[len(s)-1]; (len(s)-1)%step != 0 {
-		out = append(out, fmt.Sprintf("%.1fs:%s", last.at.Seconds(), mib(last.rss)))
+	for i := 0; i < len(s); i += step {
+		out = append(out, f(s[i]))
+	}
+	if (len(s)-1)%step != 0 {
+		out = append(out, f(s[len(s)-1]))
 	}
 	return out
 }
 
 // procStatusKB reads a "kB" field of /proc/self/status, in bytes (0 where
 // there is no /proc).
-func procStatusKB(field string) int64 {
-	fh, err := os.Open("/proc/self/status")
+func procStatusKB(field string) int64 { return statusKB("/proc/self/status", field) }
+
+func statusKB(path, field string) int64 {
+	fh, err := os.Open(path)
 	if err != nil {
 		return 0
 	}

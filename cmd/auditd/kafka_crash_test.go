@@ -59,7 +59,8 @@ func TestKafkaCrashRecovery(t *testing.T) {
 		// index chunk); the daemon is built without it.
 		records, kills = 24_000, 8
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	// A bound for the whole test, so a hang fails instead of blocking.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 0xcafe))

@@ -112,6 +112,12 @@ func (s *Server) postEntries(w http.ResponseWriter, r *http.Request) {
 		s.writeErr(w, r, err)
 		return
 	}
+	if l != nil && l.SourcePosition() != nil {
+		// One entry per source offset: a log a Kafka partition feeds takes
+		// nothing else.
+		writeError(w, http.StatusConflict, "source_log", fmt.Sprintf("log %s is fed by a Kafka partition; it takes no entries over HTTP", name), nil)
+		return
+	}
 	select {
 	case s.writes <- struct{}{}:
 		defer func() { <-s.writes }()

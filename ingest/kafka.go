@@ -56,6 +56,15 @@ type KafkaConfig struct {
 	SASL          *KafkaSASL `yaml:"sasl"`
 	// ClientID is sent to the brokers (default "auditd").
 	ClientID string `yaml:"client_id"`
+	// SessionTimeout is how long the group waits for a member that stopped
+	// answering before it gives the member's partitions to others (default
+	// 45s, Kafka's). A member killed and restarted gets its partitions back
+	// only after it, unless InstanceID is set.
+	SessionTimeout time.Duration `yaml:"session_timeout"`
+	// InstanceID makes this instance a static group member: restarted
+	// within the session timeout, it keeps its partitions without a
+	// rebalance. Unique per instance.
+	InstanceID string `yaml:"instance_id"`
 }
 
 // KafkaTLS enables TLS to the brokers.
@@ -157,6 +166,9 @@ type Kafka struct {
 
 	health sync.Mutex
 	status error // nil when the brokers answer and the topics exist
+	// failed holds partitions stopped on an error until a restart (a log
+	// that cannot take their records); Ready reports them.
+	failed map[string]error
 }
 
 // NewKafka returns a Kafka source feeding store. Run starts it.
@@ -168,7 +180,7 @@ func NewKafka(store *ledger.Store, cfg KafkaConfig, logger *slog.Logger) (*Kafka
 	if logger == nil {
 		logger = slog.Default()
 	}
-	k := &Kafka{cfg: cfg, store: store, log: logger, m: newKafkaMetrics(), parts: map[string]*partition{}, hwm: map[string]int64{}, reread: map[string]bool{},
+	k := &Kafka{cfg: cfg, store: store, log: logger, m: newKafkaMetrics(), parts: map[string]*partition{}, hwm: map[string]int64{}, reread: map[string]bool{}, failed: map[string]error{},
 		status: errors.New("kafka: not connected yet")}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
@@ -195,6 +207,12 @@ func NewKafka(store *ledger.Store, cfg KafkaConfig, logger *slog.Logger) (*Kafka
 	}
 	if cfg.TopicRegex {
 		opts = append(opts, kgo.ConsumeRegex())
+	}
+	if cfg.SessionTimeout > 0 {
+		opts = append(opts, kgo.SessionTimeout(cfg.SessionTimeout))
+	}
+	if cfg.InstanceID != "" {
+		opts = append(opts, kgo.InstanceID(cfg.InstanceID))
 	}
 	if cfg.TLS != nil {
 		tc, err := cfg.TLS.config()
@@ -255,7 +273,28 @@ func (k *Kafka) Collectors() []prometheus.Collector { return k.m.collectors() }
 func (k *Kafka) Ready() error {
 	k.health.Lock()
 	defer k.health.Unlock()
-	return k.status
+	if k.status != nil {
+		return k.status
+	}
+	names := make([]string, 0, len(k.failed))
+	for n := range k.failed {
+		names = append(names, n)
+	}
+	if len(names) > 0 {
+		sort.Strings(names)
+		return fmt.Errorf("kafka: partition %s stopped: %w", names[0], k.failed[names[0]])
+	}
+	return nil
+}
+
+// fail stops consuming a partition until a restart and keeps the source
+// not ready, with a clear log line.
+func (k *Kafka) fail(log string, err error) {
+	k.health.Lock()
+	k.failed[log] = err
+	k.health.Unlock()
+	k.m.ready.Set(0)
+	k.log.Error("kafka partition stopped until restart", "log", log, "err", err)
 }
 
 // Run consumes until ctx ends, then finishes the batches in hand, commits
@@ -361,13 +400,57 @@ func (k *Kafka) watchHealth(ctx context.Context) {
 	t := time.NewTicker(3 * time.Second)
 	defer t.Stop()
 	for {
-		k.setStatus(k.check(ctx))
+		err := k.check(ctx)
+		k.setStatus(err)
+		if err == nil {
+			k.refreshEnds(ctx)
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
 	}
+}
+
+// refreshEnds reads the end offsets of the assigned partitions, so lag is
+// known even when a partition has nothing new to fetch (after a restart at
+// its end).
+func (k *Kafka) refreshEnds(ctx context.Context) {
+	k.mu.Lock()
+	var topics []string
+	seen := map[string]bool{}
+	for _, p := range k.parts {
+		if !seen[p.topic] {
+			seen[p.topic] = true
+			topics = append(topics, p.topic)
+		}
+	}
+	k.mu.Unlock()
+	if len(topics) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ends, err := k.adm.ListEndOffsets(ctx, topics...)
+	if err != nil {
+		return
+	}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil {
+			return
+		}
+		name := LogName(o.Topic, o.Partition)
+		k.mu.Lock()
+		p := k.parts[name]
+		if p != nil && o.Offset > k.hwm[name] {
+			k.hwm[name] = o.Offset
+		}
+		k.mu.Unlock()
+		if p != nil {
+			p.updateLag(o.Offset)
+		}
+	})
 }
 
 func (k *Kafka) check(ctx context.Context) error {
@@ -423,8 +506,11 @@ func (k *Kafka) adjustOffsets(ctx context.Context, assigned map[string]map[int32
 		for part := range ps {
 			p, err := k.assign(topic, part)
 			if err != nil {
-				k.log.Error("kafka: cannot open the partition's log", "topic", topic, "partition", part, "err", err)
-				return nil, err
+				// Only this partition stops: its records are fetched and
+				// dropped (nothing is committed for it), the others go on.
+				k.fail(LogName(topic, part), err)
+				ps[part] = kgo.NewOffset().AtEnd()
+				continue
 			}
 			k.mu.Lock()
 			reread := k.reread[p.name]
@@ -447,11 +533,17 @@ func (k *Kafka) assign(topic string, part int32) (*partition, error) {
 	if p := k.parts[name]; p != nil {
 		return p, nil
 	}
+	if !ledger.ValidLogName(name) {
+		return nil, fmt.Errorf("topic %q makes the invalid log name %q", topic, name)
+	}
 	l, err := k.store.CreateLog(name)
 	if err != nil {
 		return nil, err
 	}
 	pos := &Position{Topic: topic, Partition: part}
+	if l.SourcePosition() == nil && l.Size() > 0 {
+		return nil, fmt.Errorf("log %s holds %d entries that did not come from this partition", name, l.Size())
+	}
 	if b := l.SourcePosition(); b != nil {
 		if pos, err = DecodePosition(b); err != nil {
 			return nil, fmt.Errorf("log %s: %w", name, err)
@@ -460,7 +552,7 @@ func (k *Kafka) assign(topic string, part int32) (*partition, error) {
 			return nil, fmt.Errorf("log %s records source %s/%d, not %s/%d", name, pos.Topic, pos.Partition, topic, part)
 		}
 	}
-	p := &partition{k: k, name: name, log: l, pos: *pos, in: make(chan batch, 4), done: make(chan struct{})}
+	p := &partition{k: k, name: name, topic: topic, log: l, pos: *pos, in: make(chan batch, 4), done: make(chan struct{})}
 	p.consumed = k.m.consumed.WithLabelValues(name)
 	p.bytes = k.m.bytes.WithLabelValues(name)
 	p.gaps = k.m.gaps.WithLabelValues(name)
@@ -555,11 +647,12 @@ type batch struct {
 
 // partition appends one partition's records to its log, in offset order.
 type partition struct {
-	k    *Kafka
-	name string
-	log  *ledger.Log
-	in   chan batch
-	done chan struct{}
+	k     *Kafka
+	name  string
+	topic string
+	log   *ledger.Log
+	in    chan batch
+	done  chan struct{}
 
 	mu  sync.Mutex // guards pos for Status readers; the run goroutine writes it
 	pos Position
@@ -598,8 +691,7 @@ func (p *partition) run() {
 			if err := p.append(b.recs[:n]); err != nil {
 				// The ledger refused or failed: stop this partition without
 				// advancing; the records are read again after a restart.
-				p.k.log.Error("kafka: append failed; partition stopped until restart", "log", p.name, "offset", b.recs[0].Offset, "err", err)
-				p.k.setStatus(fmt.Errorf("kafka: log %s: %w", p.name, err))
+				p.k.fail(p.name, fmt.Errorf("append at offset %d: %w", b.recs[0].Offset, err))
 				for range p.in {
 				}
 				return
@@ -765,6 +857,11 @@ func (p *partition) findOffset(off int64) (*ledger.Record, error) {
 func (k *Kafka) entry(r *kgo.Record) ledger.Entry {
 	src := &merkle.Source{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
 	e := ledger.Entry{Source: src, Time: r.Timestamp, HasKey: r.Key != nil, Key: r.Key}
+	if len(e.Key) > merkle.MaxKey {
+		h := sha256.Sum256(e.Key)
+		e.Key = h[:]
+		e.Marks |= merkle.MarkKeyOversize
+	}
 	if e.Time.IsZero() {
 		e.Time = time.Unix(0, 0).UTC()
 	}

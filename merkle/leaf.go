@@ -44,10 +44,13 @@ const (
 	// earlier entry of the log, so the id was derived from the source
 	// position instead.
 	MarkDuplicateID = 1 << 4
-	marksKnown      = MarkNotJSON | MarkNotUTF8 | MarkEmpty | MarkOversize | MarkDuplicateID
+	// MarkKeyOversize: the source record's key exceeded MaxKey; the key
+	// field holds its SHA-256.
+	MarkKeyOversize = 1 << 5
+	marksKnown      = MarkNotJSON | MarkNotUTF8 | MarkEmpty | MarkOversize | MarkDuplicateID | MarkKeyOversize
 )
 
-var markNames = []string{"not_json", "not_utf8", "empty", "oversize", "duplicate_id"}
+var markNames = []string{"not_json", "not_utf8", "empty", "oversize", "duplicate_id", "key_oversize"}
 
 // MarkNames returns the names of the mark bits set in m, in bit order.
 func MarkNames(m uint8) []string {

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -425,7 +426,9 @@ func (sh *shard) run(ctx context.Context) {
 				}
 				sl = &sh.free[0]
 				sh.free = sh.free[1:]
-				sh.slots[st.key] = sl
+				// The key may be a substring of the event's payload: a copy
+				// keeps the payload from staying alive with the map.
+				sh.slots[strings.Clone(st.key)] = sl
 				if ref, ok := base.newest(st.key); ok {
 					sl.ref, sl.ns, sl.hasRef = ref, ref.Time.UnixNano(), true
 				}

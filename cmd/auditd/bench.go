@@ -226,17 +226,25 @@ func (t *cpTracker) checkpoint(size uint64, at time.Time) {
 
 func (t *cpTracker) waiting() int { t.mu.Lock(); defer t.mu.Unlock(); return len(t.pending) }
 
+// openBenchLedger opens a quiet ledger in dir with a fresh signing key.
+func openBenchLedger(dir string, opts ...ledger.Option) (*ledger.Store, error) {
+	skey, vkey, err := note.GenerateKey(crand.Reader, "bench.local")
+	if err != nil {
+		return nil, err
+	}
+	signer, _ := note.NewSigner(skey)
+	verifier, _ := note.NewVerifier(vkey)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	return ledger.Open(dir, signer, verifier, append([]ledger.Option{ledger.WithLogger(quiet)}, opts...)...)
+}
+
 func benchAppend(ctx context.Context, f benchFlags) (map[string]any, error) {
 	dir, cleanup, err := benchDir(f.dir)
 	if err != nil {
 		return nil, err
 	}
 	defer cleanup()
-	skey, vkey, _ := note.GenerateKey(crand.Reader, "bench.local")
-	signer, _ := note.NewSigner(skey)
-	verifier, _ := note.NewVerifier(vkey)
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := ledger.Open(dir, signer, verifier, ledger.WithLogger(quiet))
+	st, err := openBenchLedger(dir)
 	if err != nil {
 		return nil, err
 	}

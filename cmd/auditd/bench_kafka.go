@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	crand "crypto/rand"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -32,10 +31,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"golang.org/x/mod/sumdb/note"
 
 	"github.com/auditd/auditd/ingest"
-	"github.com/auditd/auditd/ledger"
 )
 
 const benchKafkaUsage = `Usage: auditd bench kafka [flags]
@@ -154,15 +151,12 @@ func runBenchKafka(ctx context.Context, f benchKafkaFlags, codec kgo.Compression
 		return nil, err
 	}
 	defer cleanup()
-	skey, vkey, _ := note.GenerateKey(crand.Reader, "bench.local")
-	signer, _ := note.NewSigner(skey)
-	verifier, _ := note.NewVerifier(vkey)
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	store, err := ledger.Open(dir, signer, verifier, ledger.WithLogger(quiet))
+	store, err := openBenchLedger(dir)
 	if err != nil {
 		return nil, err
 	}
 	defer store.Close()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	src, err := ingest.NewKafka(store, ingest.KafkaConfig{Brokers: []string{broker}, Topics: []string{"bench"},
 		Group: "auditd-bench", BatchRecords: f.batch}, quiet)
 	if err != nil {

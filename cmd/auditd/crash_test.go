@@ -884,8 +884,14 @@ type daemon struct {
 var servingAddr = regexp.MustCompile(`msg="auditd serving".* addr=(http://127\.0\.0\.1:[0-9]+)`)
 
 func startDaemon(ctx context.Context, bin, dataDir string, run int) (*daemon, error) {
-	cmd := exec.Command(bin, "serve", "--data-dir", dataDir, "--listen", "127.0.0.1:0",
+	return startDaemonArgs(ctx, bin, run, "serve", "--data-dir", dataDir, "--listen", "127.0.0.1:0",
 		"--checkpoint-interval", "20ms", "--log-format", "text")
+}
+
+// startDaemonArgs runs the binary with args (a serve on 127.0.0.1:0 with text
+// logs) and waits until it serves and answers /healthz.
+func startDaemonArgs(ctx context.Context, bin string, run int, args ...string) (*daemon, error) {
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout = io.Discard
 	pipe, err := cmd.StderrPipe()
 	if err != nil {

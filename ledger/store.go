@@ -76,6 +76,7 @@ type options struct {
 	batchDelay         time.Duration
 	cacheBytes         int64
 	logger             *slog.Logger
+	onIntegrity        func(*IntegrityError)
 }
 
 // Option configures a Store.

@@ -288,6 +288,20 @@ func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusBadRequest, "out_of_range", err.Error(), nil)
 	case errors.Is(err, ledger.ErrInvalid), errors.Is(err, ledger.ErrLogName):
 		writeError(w, http.StatusBadRequest, "invalid", err.Error(), nil)
+	case errors.Is(err, ledger.ErrIntegrity):
+		// Stored data contradicts the tree: never the caller's fault, and
+		// a retry does not help. The store has logged, counted and raised it.
+		extra := map[string]any{}
+		var ie *ledger.IntegrityError
+		if errors.As(err, &ie) {
+			extra["kind"] = ie.Kind
+			if ie.Index >= 0 {
+				extra["index"] = ie.Index
+			}
+		}
+		writeError(w, http.StatusInternalServerError, "integrity", err.Error(), extra)
+	case errors.Is(err, ledger.ErrReadOnly):
+		writeError(w, http.StatusServiceUnavailable, "read_only", err.Error(), nil)
 	case errors.Is(err, ledger.ErrClosed), errors.Is(err, ledger.ErrFailed):
 		writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error(), nil)
 	default:

@@ -38,6 +38,9 @@ var (
 	ErrConflict    = errors.New("ledger: event id already holds different content")
 	ErrLogName     = errors.New("ledger: invalid log name")
 	ErrFailed      = errors.New("ledger: log failed")
+	// ErrReadOnly refuses an append to a log opened read-only because its
+	// storage is behind or inconsistent with a checkpoint it signed.
+	ErrReadOnly = errors.New("ledger: log is read-only")
 )
 
 // ConflictError reports an event id that the log already holds with

@@ -1,0 +1,60 @@
+// Package checkers holds auditd's self-audit: periodic integrity checks
+// that trust nothing the ledger stored, not even its own tiles. The ledger
+// scrub re-reads every entry and rebuilds the tree; the checkpoint audit
+// checks every stored signed checkpoint against the latest. A Runner runs
+// checkers on a schedule, throttled so a pass never starves ingestion, keeps
+// their findings, exports their metrics and raises each finding as an
+// integrity alert; `auditd fsck` runs the same checkers once, offline.
+package checkers
+
+import (
+	"context"
+	"fmt"
+)
+
+// Finding is one thing a check found wrong.
+type Finding struct {
+	Log string `json:"log"`
+	// Index is the entry concerned, when the finding is about one entry.
+	Index *uint64 `json:"index,omitempty"`
+	// Tile names a stored tile ("level/n", C2SP tile coordinates) when the
+	// finding is about one.
+	Tile string `json:"tile,omitempty"`
+	// Kind is one of the ledger.Integrity* kinds.
+	Kind   string `json:"kind"`
+	Detail string `json:"detail"`
+}
+
+func (f Finding) String() string {
+	switch {
+	case f.Index != nil:
+		return fmt.Sprintf("%s entry %d: %s: %s", f.Log, *f.Index, f.Kind, f.Detail)
+	case f.Tile != "":
+		return fmt.Sprintf("%s tile %s: %s: %s", f.Log, f.Tile, f.Kind, f.Detail)
+	}
+	return fmt.Sprintf("%s: %s: %s", f.Log, f.Kind, f.Detail)
+}
+
+// At returns a pointer to index, for Finding.Index.
+func At(index uint64) *uint64 { return &index }
+
+// Progress is what a pass tells as it goes. The Runner implements it with
+// its throttle, metrics and stored findings; fsck with a progress bar.
+type Progress interface {
+	// Checked records n more entries checked. It blocks as long as the
+	// throttle requires and returns ctx's error if ctx ends meanwhile.
+	Checked(ctx context.Context, n int) error
+	// Found records a finding. A checker keeps going after one.
+	Found(f Finding)
+}
+
+// Checker is one self-audit.
+type Checker interface {
+	// Name names the checker in metrics, GET /v1/checks and alerts
+	// ("scrub", "checkpoints").
+	Name() string
+	// Run makes one full pass. Findings go to p.Found; an error means the
+	// pass could not finish (storage unreadable, ctx ended), not that it
+	// found something.
+	Run(ctx context.Context, p Progress) error
+}

@@ -240,11 +240,11 @@ func (l *remoteLog) Entries(ctx context.Context, from, to uint64, fn func(*ledge
 // proof. A server that lies in an entry, its index, or a proof hash only
 // gets a wrong root. It returns the entries and the root of size to.
 func (l *remoteLog) page(ctx context.Context, from, to uint64) ([]ledger.Record, merkle.Hash, error) {
+	cl, name, pin := l.r.Client, l.name, l.pin
 	var (
-		wg                  sync.WaitGroup
-		path, cons          []merkle.Hash
-		pathErr, consErr    error
-		cl, name, pin, fail = l.r.Client, l.name, l.pin, verificationErr
+		wg               sync.WaitGroup
+		path, cons       []merkle.Hash
+		pathErr, consErr error
 	)
 	// The proofs depend on the sizes alone: fetch them alongside.
 	if from > 0 {
@@ -265,7 +265,7 @@ func (l *remoteLog) page(ctx context.Context, from, to uint64) ([]ledger.Record,
 		start += uint64(len(es))
 	}
 	wg.Wait()
-	if err = errors.Join(fail(err), fail(pathErr), fail(consErr)); err != nil {
+	if err = errors.Join(verificationErr(err), verificationErr(pathErr), verificationErr(consErr)); err != nil {
 		return nil, merkle.Hash{}, err
 	}
 	if uint64(len(entries)) != to-from {

@@ -209,5 +209,3 @@ func (c *cancelAfter) Checked(ctx context.Context, n int) error {
 	return ctx.Err()
 }
 func (c *cancelAfter) Found(checkers.Finding) {}
-
-

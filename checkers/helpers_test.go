@@ -20,6 +20,7 @@ import (
 type testKey struct {
 	signer   note.Signer
 	verifier note.Verifier
+	vkey     string
 }
 
 func newKey(t testing.TB) testKey {
@@ -36,7 +37,7 @@ func newKey(t testing.TB) testKey {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return testKey{s, v}
+	return testKey{s, v, vkey}
 }
 
 func quiet() ledger.Option { return ledger.WithLogger(slog.New(slog.DiscardHandler)) }

@@ -98,7 +98,7 @@ func TestScrubRemote(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-		srv := httptest.NewServer(api.New(st, k.vkey, api.Options{}))
+	srv := httptest.NewServer(api.New(st, k.vkey, api.Options{}))
 	defer srv.Close()
 
 	c := checkAll(t, checkers.RemoteSource(client.New(srv.URL, k.verifier)), k.verifier)

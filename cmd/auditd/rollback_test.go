@@ -103,7 +103,7 @@ func TestServeRollback(t *testing.T) {
 	}
 	cpFile := filepath.Join(dataDir, "checkpoints", log)
 	if b, err := os.ReadFile(cpFile); err != nil || string(b) != topNote {
-		t.Fatalf("checkpoint file %q, %v; want the last checkpoint served", b, err)
+		t.Errorf("checkpoint file %q, %v; want the last checkpoint served", b, err)
 	}
 
 	// The disk loses the newest WAL's tail: everything after the first

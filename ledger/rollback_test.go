@@ -729,3 +729,36 @@ func TestCheckpointDirElsewhere(t *testing.T) {
 	_, err := f.open()
 	wantRefused(t, err, f.log, IntegrityRollback, cdir)
 }
+
+// TestCheckpointFileLeftovers: temporary files a crash left in the
+// checkpoint directory are removed at open; files that cannot name a log
+// are ignored (with a warning), not taken for checkpoint files.
+func TestCheckpointFileLeftovers(t *testing.T) {
+	s, _ := newTestStore(t, WithCheckpointInterval(time.Millisecond))
+	l := mustCreateLog(t, s, "k")
+	res := mustAppend(t, l, newEntries("k", 10)...)
+	cp, err := l.WaitCheckpoint(testCtx(t, 30*time.Second), res.Size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Dir(cpFile(s, "k"))
+	for _, n := range []string{".tmp-k-123456", ".tmp-other-1", "junk~", "-dash"} {
+		if err := os.WriteFile(filepath.Join(dir, n), []byte("partial"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s2, err := closeAndOpen(t, s)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	defer s2.Close()
+	for n, want := range map[string]bool{".tmp-k-123456": false, ".tmp-other-1": false, "junk~": true, "-dash": true, "k": true} {
+		_, err := os.Stat(filepath.Join(dir, n))
+		if got := err == nil; got != want {
+			t.Errorf("%s exists: %v, want %v", n, got, want)
+		}
+	}
+	if !bytes.Equal(mustLog(t, s2, "k").Checkpoint().Note, cp.Note) {
+		t.Error("another checkpoint is published")
+	}
+}

@@ -232,6 +232,47 @@ func TestServeRollback(t *testing.T) {
 		t.Fatal("serve started without the opt-in after a read-only run")
 	}
 
+	// A checkpoint file whose log the database does not hold (here a copy
+	// of rb's, so it does not verify as ghost's either), with the log
+	// listed in the configuration: read-only, serve still starts, the log
+	// stays absent and cannot be created.
+	b, _ := os.ReadFile(cpFile)
+	if err := os.WriteFile(filepath.Join(dataDir, "checkpoints", "ghost"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfgFile := filepath.Join(t.TempDir(), "auditd.yaml")
+	if err := os.WriteFile(cfgFile, []byte("logs: [ghost, rb]\nrollback_read_only: true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d, err = startDaemonArgs(ctx, bin, 4, "serve", "--config", cfgFile, "--data-dir", dataDir, "--listen", "127.0.0.1:0",
+		"--checkpoint-interval", "20ms", "--log-format", "text")
+	if err != nil {
+		t.Fatalf("start with rollback_read_only in the config and an orphan file: %v\n%s", err, strings.Join(d.stderr.lines(), "\n"))
+	}
+	defer d.kill()
+	if code, resp, err := d.postBody(ctx, "ghost", "", []byte(`{"id":"g","payload":{}}`)); err != nil || code != http.StatusServiceUnavailable || !bytes.Contains(resp, []byte(`"read_only"`)) {
+		t.Errorf("POST to the orphan log: %d %v %s; want 503 read_only", code, err, resp)
+	}
+	if code, _, err := d.get(ctx, "/v1/logs/ghost/"); err != nil || code != http.StatusNotFound {
+		t.Errorf("GET the orphan log: %d %v; want 404", code, err)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		if err := d.getJSON(ctx, "/v1/alerts?kind=integrity&subject=ghost", &alerts); err != nil {
+			t.Fatal(err)
+		}
+		if len(alerts.Alerts) > 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(alerts.Alerts) != 1 || alerts.Alerts[0].ID != "integrity/ghost/checkpoint_bad" {
+		t.Errorf("alerts about ghost: %+v; want integrity/ghost/checkpoint_bad", alerts.Alerts)
+	}
+	if err := d.stop(ctx); err != nil {
+		t.Fatalf("SIGTERM: %v", err)
+	}
+
 	// No checkpoint ever served is a fork: each verifies and its root is
 	// the independent tree's at its size.
 	checkNoFork(t, verifier, "auditd.local/"+log, served, leaves)

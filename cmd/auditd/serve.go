@@ -104,6 +104,10 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 	}()
 	for _, name := range cfg.Logs {
 		if _, err := store.CreateLog(name); err != nil {
+			if errors.Is(err, ledger.ErrReadOnly) { // --rollback-read-only: already reported
+				logger.Warn("configured log is read-only", "log", name, "err", err)
+				continue
+			}
 			return err
 		}
 	}

@@ -149,10 +149,18 @@ func (w *logScrub) run(v note.Verifier) error {
 		w.cps = append(w.cps, cpRoot{cp.Size, cp.Root})
 	}
 	sort.Slice(w.cps, func(i, j int) bool { return w.cps[i].size < w.cps[j].size })
-	if ic, ok := w.src.(indexChunker); ok {
+	if ic, ok := w.src.(extentSource); ok {
 		recorded, stored, err := ic.IndexChunks()
 		if err != nil {
 			return fmt.Errorf("read index chunks: %w", err)
+		}
+		i, found, err := ic.EntryAbove(w.size)
+		if err != nil {
+			return fmt.Errorf("read entries: %w", err)
+		}
+		if found {
+			w.found(Finding{Index: At(i), Kind: ledger.IntegrityRollback, Detail: fmt.Sprintf(
+				"entry %d is stored, but the log records a tree of size %d: its metadata went back", i, w.size)})
 		}
 		if have := w.size / ledger.IndexChunkEntries; recorded > have || stored > have {
 			w.found(Finding{Kind: ledger.IntegrityRollback, Detail: fmt.Sprintf(

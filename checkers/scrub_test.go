@@ -135,6 +135,11 @@ func TestScrubFaults(t *testing.T) {
 		{"edited checkpoint", func(t *testing.T, db *pebble.DB, id uint32) {
 			flip(t, db, checkpointKey(id, 1500), func(int) int { return 20 })
 		}, []string{"pay checkpoint_bad checkpoint=1500"}, ""},
+		{"entry beyond the tree", func(t *testing.T, db *pebble.DB, id uint32) {
+			if err := db.Set(entryKey(id, smallTotal+5), []byte{0}, pebble.Sync); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"pay rollback index=5005"}, ""},
 		{"undecodable entry", func(t *testing.T, db *pebble.DB, id uint32) {
 			if err := db.Set(entryKey(id, 2600), []byte{0xff}, pebble.Sync); err != nil {
 				t.Fatal(err)

@@ -272,6 +272,9 @@ func NewKafka(store *ledger.Store, cfg KafkaConfig, logger *slog.Logger) (*Kafka
 		kgo.OnPartitionsRevoked(k.revoked),
 		kgo.OnPartitionsLost(k.lost),
 		kgo.SessionTimeout(cfg.SessionTimeout),
+		// At most a third of the session, as Kafka advises (franz-go's
+		// default is 3s).
+		kgo.HeartbeatInterval(min(3*time.Second, cfg.SessionTimeout/3)),
 	)
 	if cfg.TopicRegex {
 		opts = append(opts, kgo.ConsumeRegex())

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -176,7 +177,8 @@ type Kafka struct {
 	store *ledger.Store
 	log   *slog.Logger
 	m     *kafkaMetrics
-	opts  []kgo.Opt // of the consuming client, to make a new one
+	opts  []kgo.Opt    // of the consuming client, to make a new one
+	gen   atomic.Int64 // of the current consuming client (newClient)
 
 	// The consuming client (in the consumer group) is replaced when the
 	// source restarts its consumer; the Run goroutine owns it, the others
@@ -267,10 +269,6 @@ func NewKafka(store *ledger.Store, cfg KafkaConfig, logger *slog.Logger) (*Kafka
 		// and CommitMarkedOffsets do nothing.)
 		kgo.AutoCommitMarks(),
 		kgo.BlockRebalanceOnPoll(),
-		kgo.AdjustFetchOffsetsFn(k.adjustOffsets),
-		kgo.OnPartitionsAssigned(k.assigned),
-		kgo.OnPartitionsRevoked(k.revoked),
-		kgo.OnPartitionsLost(k.lost),
 		kgo.SessionTimeout(cfg.SessionTimeout),
 		// At most a third of the session, as Kafka advises (franz-go's
 		// default is 3s).
@@ -286,13 +284,45 @@ func NewKafka(store *ledger.Store, cfg KafkaConfig, logger *slog.Logger) (*Kafka
 	if err != nil {
 		return nil, fmt.Errorf("kafka: %w", err)
 	}
-	cl, err := kgo.NewClient(opts...)
+	k.opts = opts
+	cl, err := k.newClient()
 	if err != nil {
 		adm.Close()
 		return nil, fmt.Errorf("kafka: %w", err)
 	}
-	k.opts, k.cl, k.admCl, k.adm = opts, cl, adm, kadm.NewClient(adm)
+	k.cl, k.admCl, k.adm = cl, adm, kadm.NewClient(adm)
 	return k, nil
+}
+
+// newClient returns a new consuming client. Its group callbacks act only
+// while it is the current one: an old client still closing (a join in
+// flight) must not touch the partitions of its successor.
+func (k *Kafka) newClient() (*kgo.Client, error) {
+	gen := k.gen.Add(1)
+	cur := func() bool { return k.gen.Load() == gen }
+	return kgo.NewClient(append(slices.Clip(k.opts),
+		kgo.AdjustFetchOffsetsFn(func(ctx context.Context, m map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+			if !cur() {
+				return m, nil
+			}
+			return k.adjustOffsets(ctx, m)
+		}),
+		kgo.OnPartitionsAssigned(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) {
+			if cur() {
+				k.assigned(ctx, cl, m)
+			}
+		}),
+		kgo.OnPartitionsRevoked(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) {
+			if cur() {
+				k.revoked(ctx, cl, m)
+			}
+		}),
+		kgo.OnPartitionsLost(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) {
+			if cur() {
+				k.lost(ctx, cl, m)
+			}
+		}),
+	)...)
 }
 
 // client returns the consuming client.
@@ -423,13 +453,17 @@ func (k *Kafka) Run(ctx context.Context) error {
 		}
 		k.m.restarts.Inc()
 		k.log.Warn("kafka: restarting the consumer", "why", why, "group", k.cfg.Group, "instance_id", k.cfg.staticInstanceID())
-		cl, err := kgo.NewClient(k.opts...)
+		cl, err := k.newClient()
 		if err != nil { // the options were accepted before: not expected
 			return fmt.Errorf("kafka: new client: %w", err)
 		}
 		k.clMu.Lock()
 		k.cl = cl
 		k.clMu.Unlock()
+		select {
+		case <-k.restart: // asked again while the old one closed
+		default:
+		}
 	}
 }
 
@@ -566,8 +600,21 @@ func (k *Kafka) closeConsumer() {
 	if err := cl.CommitMarkedOffsets(ctx); err != nil {
 		k.log.Warn("kafka: group offsets not committed on closing the consumer", "err", err)
 	}
-	cl.Close()
+	k.gen.Add(1) // the client's callbacks do nothing from here on
 	k.setJoined(false)
+	// Close waits for a join or sync in flight, which a coordinator that
+	// does not answer holds for the rebalance timeout and more: do not
+	// wait that long for a client that is being replaced.
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		cl.Close()
+	}()
+	select {
+	case <-closed:
+	case <-ctx.Done():
+		k.log.Warn("kafka: the old consumer is still closing (a group request in flight); going on without it")
+	}
 }
 
 // setJoined records whether the consuming client is in its group.

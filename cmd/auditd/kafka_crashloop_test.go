@@ -6,12 +6,15 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/auditd/auditd/ingest"
 )
 
 // TestKafkaCrashLoopSameGroup runs the daemon binary in a crash loop: it is
@@ -158,4 +161,53 @@ func TestKafkaCrashLoopSameGroup(t *testing.T) {
 	start = time.Now()
 	checkKafkaLedgers(t, ctx, crashDir, refDir, want, hwm)
 	t.Logf("ledgers checked in %v", time.Since(start).Round(time.Millisecond))
+}
+
+// TestKafkaInstanceIDDefault: without kafka.instance_id in the file, serve
+// joins as a static member whose id depends only on the verifier key and
+// the data directory; an explicit id, "none" or "" is kept as given (the
+// source treats "none" and "" as dynamic membership).
+func TestKafkaInstanceIDDefault(t *testing.T) {
+	dir := t.TempDir()
+	load := func(kafka string, dataDir string) Config {
+		t.Helper()
+		path := filepath.Join(dir, "auditd.yaml")
+		yaml := "data_dir: " + dataDir + "\nkafka:\n  brokers: [b:9092]\n  topics: [t]\n" + kafka
+		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c, err := loadConfig(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	const vkey = "auditd.local+14547a38+AS9sZ5RshxiMUzOOJ40JyaD6KQiQkmpzXGcvVYRr/65f"
+	a := load("", "/var/lib/auditd-a")
+	id := a.kafkaConfig(vkey).InstanceID
+	if !regexp.MustCompile(`^auditd-[0-9a-f]{16}$`).MatchString(id) {
+		t.Fatalf("derived instance id %q", id)
+	}
+	if again := load("", "/var/lib/auditd-a"); again.kafkaConfig(vkey).InstanceID != id {
+		t.Errorf("same key and data dir: %q then %q", id, again.kafkaConfig(vkey).InstanceID)
+	}
+	if other := load("", "/var/lib/auditd-b"); other.kafkaConfig(vkey).InstanceID == id {
+		t.Errorf("another data dir got the same id %q", id)
+	}
+	if other := a.kafkaConfig(vkey + "x").InstanceID; other == id {
+		t.Errorf("another key got the same id %q", id)
+	}
+	for given, want := range map[string]string{`"none"`: "none", `""`: "", "auditd-1": "auditd-1"} {
+		c := load("  instance_id: "+given+"\n", "/var/lib/auditd-a")
+		if got := c.kafkaConfig(vkey).InstanceID; got != want {
+			t.Errorf("instance_id: %s: got %q, want %q", given, c.kafkaConfig(vkey).InstanceID, want)
+		}
+	}
+	// Flags alone (no file) get the derived id too.
+	c := defaultConfig()
+	c.DataDir = "/var/lib/auditd-a"
+	c.Kafka = &ingest.KafkaConfig{Brokers: []string{"b:9092"}, Topics: []string{"t"}}
+	if got := c.kafkaConfig(vkey).InstanceID; got != id {
+		t.Errorf("without a file: %q, want %q", got, id)
+	}
 }

@@ -51,7 +51,7 @@ func TestKafkaCrashLoopSameGroup(t *testing.T) {
 		// the race detector (100 s for 32,000 records): fewer records.
 		rate = 600
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 0xbeef))

@@ -3,6 +3,7 @@ package ingest_test
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -203,29 +204,68 @@ func TestKfakeDeadJoinerKeepsPartitions(t *testing.T) {
 	live := newRawMember(t, b)
 	live.joinAlone(ctx, group)
 	s1 := newRawMember(t, b)
-	jctx, jcancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	_, err := s1.join(jctx, group, "", id)
-	jcancel()
-	s1.cl.Close()
-	if err == nil {
-		t.Fatal("the static member's join was answered at once; want it parked")
+	before, ok := live.parkJoin(ctx, group, func(ctx context.Context) error { _, err := s1.join(ctx, group, "", id); return err },
+		func(ms []kadm.DescribedGroupMember) bool { return len(ms) == 2 })
+	if !ok {
+		t.FailNow()
 	}
+	s1.cl.Close() // dies parked
 	s2 := newRawMember(t, b)
-	jctx, jcancel = context.WithTimeout(ctx, 200*time.Millisecond)
-	_, _ = s2.join(jctx, group, "", id) // parked too: the group waits for the leader
-	jcancel()
-	dg, err := kadm.NewClient(live.cl).DescribeGroups(ctx, group)
-	if err != nil {
-		t.Fatal(err)
+	after, ok := live.parkJoin(ctx, group, func(ctx context.Context) error { _, err := s2.join(ctx, group, "", id); return err },
+		func(ms []kadm.DescribedGroupMember) bool { return memberIDs(ms) != memberIDs(before) })
+	if !ok {
+		t.FailNow()
 	}
 	same := 0
-	for _, m := range dg[group].Members {
+	for _, m := range after {
 		if m.InstanceID != nil && *m.InstanceID == id {
 			same++
 		}
 	}
-	if same != 1 {
-		t.Errorf("%d members with instance id %s after two incarnations joined, want 1", same, id)
+	if same != 1 || len(after) != 2 {
+		t.Errorf("%d members, %d with instance id %s, after two incarnations joined; want 2 and 1", len(after), same, id)
+	}
+}
+
+func memberIDs(ms []kadm.DescribedGroupMember) string {
+	ids := make([]string, 0, len(ms))
+	for _, m := range ms {
+		ids = append(ids, m.MemberID)
+	}
+	sort.Strings(ids)
+	return strings.Join(ids, ",")
+}
+
+// parkJoin runs join for other and waits until the group's members, as m
+// sees them, satisfy joined; the join stays parked (m does not rejoin). It
+// returns those members. (Errors are reported with Errorf: it runs on
+// goroutines other than the test's.)
+func (m *rawMember) parkJoin(ctx context.Context, group string, join func(context.Context) error, joined func([]kadm.DescribedGroupMember) bool) ([]kadm.DescribedGroupMember, bool) {
+	jctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	answered := make(chan error, 1)
+	go func() { answered <- join(jctx) }()
+	adm := kadm.NewClient(m.cl)
+	for {
+		select {
+		case err := <-answered:
+			m.t.Errorf("%s: the join was answered (%v); want it parked until the leader rejoins", group, err)
+			return nil, false
+		default:
+		}
+		dg, err := adm.DescribeGroups(ctx, group)
+		if err != nil {
+			m.t.Errorf("%s: %v", group, err)
+			return nil, false
+		}
+		if ms := dg[group].Members; joined(ms) {
+			return ms, true
+		}
+		if ctx.Err() != nil {
+			m.t.Errorf("%s: the join never reached the group", group)
+			return nil, false
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -321,14 +361,11 @@ func deadJoinerStays(t *testing.T, ctx context.Context, b *broker, group string)
 	live := newRawMember(t, b)
 	live.joinAlone(ctx, group)
 	dead := newRawMember(t, b)
-	jctx, jcancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	_, err := dead.joinNew(ctx, jctx, group)
-	jcancel()
-	if err == nil {
-		t.Errorf("%s: the second member's join was answered at once; want it parked until the leader rejoins", group)
+	if _, ok := live.parkJoin(ctx, group, func(jctx context.Context) error { _, err := dead.joinNew(ctx, jctx, group); return err },
+		func(ms []kadm.DescribedGroupMember) bool { return len(ms) == 2 }); !ok {
 		return false
 	}
-	dead.cl.Close()
+	dead.cl.Close()                                     // dies parked
 	time.Sleep(200 * time.Millisecond)                  // the broker sees the connection closed
 	if code := live.heartbeat(ctx, group); code != 27 { // REBALANCE_IN_PROGRESS
 		t.Errorf("%s: heartbeat error %d, want REBALANCE_IN_PROGRESS", group, code)

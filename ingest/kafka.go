@@ -713,12 +713,23 @@ func (k *Kafka) watchProgress(ctx context.Context) {
 // findStalls returns the assigned partitions that have records to read
 // (their high watermark is past what the source has read) and have made no
 // progress for the stall window. The window starts at the partition's
-// latest progress or the latest moment it had nothing to read.
+// latest progress or the latest moment it had nothing to read. Partitions
+// stopped on an error (Kafka.fail) are reported as such, not as stalled: a
+// new consumer would not help them.
 func (k *Kafka) findStalls(now time.Time) []stall {
+	k.health.Lock()
+	failed := make(map[string]bool, len(k.failed))
+	for n := range k.failed {
+		failed[n] = true
+	}
+	k.health.Unlock()
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	var out []stall
 	for name, p := range k.parts {
+		if failed[name] {
+			continue
+		}
 		hwm, ok := k.hwm[name]
 		p.mu.Lock()
 		read := max(p.pos.Next, p.readTo)

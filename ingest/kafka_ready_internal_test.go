@@ -71,6 +71,20 @@ func TestKafkaStallRules(t *testing.T) {
 	}
 }
 
+// TestKafkaStallSkipsFailed: a partition stopped on an error is reported
+// as stopped, not stalled (restarting the consumer would not help it).
+func TestKafkaStallSkipsFailed(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	k := readyFixture(time.Second)
+	k.addTestPartition("t.0", 10, 10, now.Add(-time.Hour))
+	k.addTestPartition("t.1", 10, 10, now.Add(-time.Hour))
+	k.hwm["t.0"], k.hwm["t.1"] = 20, 20
+	k.failed["t.0"] = errors.New("bad log")
+	if s := k.findStalls(now); len(s) != 1 || s[0].log != "t.1" {
+		t.Fatalf("findStalls = %+v, want t.1 alone", s)
+	}
+}
+
 // TestKafkaStallClockAfterIdle: records arriving at a partition idle for an
 // hour are not a stall until the window has passed since they arrived.
 func TestKafkaStallClockAfterIdle(t *testing.T) {

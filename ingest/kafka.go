@@ -628,9 +628,11 @@ func (k *Kafka) setJoined(in bool) {
 	if !in {
 		k.outSince = time.Now()
 		k.m.joined.Set(0)
+		k.log.Info("kafka consumer out of its group", "group", k.cfg.Group)
 		return
 	}
 	k.m.joined.Set(1)
+	k.log.Info("kafka consumer in its group", "group", k.cfg.Group, "instance_id", k.cfg.staticInstanceID())
 }
 
 // assigned is called at the end of each join of the group, with what it
@@ -824,10 +826,10 @@ func (k *Kafka) setStatus(err error) {
 	switch {
 	case err == nil && prev != nil:
 		k.m.ready.Set(1)
-		k.log.Info("kafka source ready", "brokers", k.cfg.Brokers, "topics", k.cfg.Topics)
+		k.log.Info("kafka brokers answer and the topics exist", "brokers", k.cfg.Brokers, "topics", k.cfg.Topics)
 	case err != nil && (prev == nil || prev.Error() != err.Error()):
 		k.m.ready.Set(0)
-		k.log.Error("kafka source not ready", "err", err)
+		k.log.Error("kafka source not ready: brokers or topics", "err", err)
 	}
 }
 

@@ -41,11 +41,10 @@ import (
 // record the producer sent, and that every root, at every size, equals that
 // of a reference run that consumed the same partitions without a crash.
 //
-// Each restart joins a new consumer group. A SIGKILLed member stays in its
-// group until its session times out (45 s, franz-go's default), and the
-// group cannot rebalance its partitions to the restarted daemon before that;
-// a new group is assigned at once. It also shows that consumption resumes
-// from the ledger's position: the new group has no committed offsets.
+// Each restart joins a new consumer group, which shows that consumption
+// resumes from the ledger's position: the new group has no committed
+// offsets. (Restarts in the same group, which static membership makes
+// immediate, are TestKafkaCrashLoopSameGroup's.)
 func TestKafkaCrashRecovery(t *testing.T) {
 	records, kills := 100_000, 12
 	switch {
@@ -193,27 +192,56 @@ type wantRecord struct {
 // partitions' high watermarks.
 func fillPayments(t *testing.T, ctx context.Context, broker string, n int, seed uint64) ([][]wantRecord, []int64) {
 	t.Helper()
+	pp := newPaymentProducer(t, broker, seed)
+	defer pp.close()
+	pp.produce(ctx, n)
+	return pp.finish(ctx)
+}
+
+// paymentProducer produces the records fillPayments describes, in as many
+// calls as wanted (records keep arriving while a daemon consumes), and
+// then says what the logs must hold.
+type paymentProducer struct {
+	t     *testing.T
+	cl    *kgo.Client
+	rng   *rand.Rand
+	base  time.Time
+	byKey map[string][]string // ids given to each key, for reuse
+	n     int                 // records produced so far
+
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	out      []producedRecord
+	firstErr error
+}
+
+type producedRecord struct {
+	rec  *kgo.Record
+	part int32
+	off  int64
+}
+
+func newPaymentProducer(t *testing.T, broker string, seed uint64) *paymentProducer {
+	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.DefaultProduceTopic("payments"),
 		kgo.MaxBufferedRecords(100_000), kgo.ProducerLinger(5*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
-	rng := rand.New(rand.NewPCG(seed, 1))
-	base := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	byKey := map[string][]string{} // ids given to each key, for reuse
-	type produced struct {
-		rec  *kgo.Record
-		part int32
-		off  int64
-	}
-	out := make([]produced, n)
-	var mu sync.Mutex
-	var firstErr error
-	var wg sync.WaitGroup
-	for i := range n {
+	return &paymentProducer{t: t, cl: cl, rng: rand.New(rand.NewPCG(seed, 1)),
+		base: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), byKey: map[string][]string{}}
+}
+
+func (pp *paymentProducer) close() { pp.cl.Close() }
+
+// produce sends n more records without waiting for their acknowledgments.
+func (pp *paymentProducer) produce(ctx context.Context, n int) {
+	rng, byKey := pp.rng, pp.byKey
+	for range n {
+		i := pp.n
+		pp.n++
 		acct := rng.IntN(500)
-		r := &kgo.Record{Timestamp: base.Add(time.Duration(i) * time.Millisecond)}
+		r := &kgo.Record{Timestamp: pp.base.Add(time.Duration(i) * time.Millisecond)}
 		key := "acct-" + strconv.Itoa(acct)
 		if rng.IntN(50) != 0 {
 			r.Key = []byte(key)
@@ -252,22 +280,30 @@ func fillPayments(t *testing.T, ctx context.Context, broker string, n int, seed 
 			}
 			r.Value = append(v, '"', '}')
 		}
-		wg.Add(1)
-		cl.Produce(ctx, r, func(r *kgo.Record, err error) {
-			defer wg.Done()
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil && firstErr == nil {
-				firstErr = err
+		pp.wg.Add(1)
+		pp.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
+			defer pp.wg.Done()
+			pp.mu.Lock()
+			defer pp.mu.Unlock()
+			if err != nil && pp.firstErr == nil {
+				pp.firstErr = err
 			}
-			out[i] = produced{rec: r, part: r.Partition, off: r.Offset}
+			pp.out = append(pp.out, producedRecord{rec: r, part: r.Partition, off: r.Offset})
 		})
 	}
-	wg.Wait()
-	if firstErr != nil {
-		t.Fatalf("produce: %v", firstErr)
+}
+
+// finish waits for every record's acknowledgment and returns what each
+// partition's log must hold, by offset, and the partitions' high
+// watermarks.
+func (pp *paymentProducer) finish(ctx context.Context) ([][]wantRecord, []int64) {
+	t := pp.t
+	t.Helper()
+	pp.wg.Wait()
+	if pp.firstErr != nil {
+		t.Fatalf("produce: %v", pp.firstErr)
 	}
-	adm := kadm.NewClient(cl)
+	adm := kadm.NewClient(pp.cl)
 	ends, err := adm.ListEndOffsets(ctx, "payments")
 	if err != nil {
 		t.Fatal(err)
@@ -278,7 +314,10 @@ func fillPayments(t *testing.T, ctx context.Context, broker string, n int, seed 
 	for p := range want {
 		want[p] = make([]wantRecord, hwm[p])
 	}
-	for _, pr := range out {
+	if n := sum(hwm); n != int64(pp.n) || len(pp.out) != pp.n {
+		t.Fatalf("produced %d records (%d acknowledged), the partitions hold %d", pp.n, len(pp.out), n)
+	}
+	for _, pr := range pp.out {
 		if pr.part < 0 || pr.part > 3 || pr.off < 0 || pr.off >= hwm[pr.part] {
 			t.Fatalf("record produced to partition %d offset %d, outside the watermarks %v", pr.part, pr.off, hwm)
 		}

@@ -30,6 +30,8 @@ type Options struct {
 	// MaxPayloadBytes bounds one event's payload (default 1 MiB).
 	MaxPayloadBytes int
 	// WriteToken, if set, is the bearer token POST requests must carry.
+	// With only ReadToken set, POSTs must carry the read token: writes are
+	// never open when any token is set.
 	WriteToken string
 	// ReadToken, if set, is the bearer token read requests must carry
 	// (the write token is accepted too). Reads are public by default.
@@ -182,8 +184,12 @@ func (s *Server) auth(write bool) func(http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			var ok bool
 			switch {
-			case write && s.opts.WriteToken == "":
+			case write && s.opts.WriteToken == "" && s.opts.ReadToken == "":
 				ok = true
+			case write && s.opts.WriteToken == "":
+				// A read token alone protects writes too: a deployment that
+				// guards reads never leaves writes open.
+				ok = tokenIs(r, s.opts.ReadToken)
 			case write:
 				ok = tokenIs(r, s.opts.WriteToken)
 			case s.opts.ReadToken == "":

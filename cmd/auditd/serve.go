@@ -201,7 +201,7 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 	go func() { errc <- hs.Serve(ln) }()
 	addr := ln.Addr().String()
 	logger.Info("auditd serving", "addr", "http://"+addr, "data_dir", cfg.DataDir,
-		"logs", len(store.Logs()), "verifier_key", key.vkey, "writes_protected", cfg.WriteToken != "")
+		"logs", len(store.Logs()), "verifier_key", key.vkey, "writes_protected", cfg.WriteToken != "" || cfg.ReadToken != "", "auth", authSummary(cfg))
 	if ready != nil {
 		ready <- addr
 	}

@@ -27,6 +27,10 @@ type Config struct {
 	// generates one named Origin, writes it with mode 0600, and writes the
 	// verifier key beside it (KeyFile with ".pub"). Default DataDir/auditd.key.
 	KeyFile string `yaml:"key_file"`
+	// AllowInsecureKeyFile starts serve even when the key file is readable
+	// or writable by group or others (logging an error); without it serve
+	// refuses such a key. Default false.
+	AllowInsecureKeyFile bool `yaml:"allow_insecure_key_file"`
 	// Origin names a generated key; checkpoints of log L carry the origin
 	// "<key name>/L". Default "auditd.local".
 	Origin string `yaml:"origin"`
@@ -176,6 +180,7 @@ func bindFlags(fs *flag.FlagSet, c *Config) {
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "ledger data directory")
 	fs.StringVar(&c.Listen, "listen", c.Listen, "HTTP listen address")
 	fs.StringVar(&c.KeyFile, "key-file", c.KeyFile, "checkpoint signing key (generated if missing; default DATA-DIR/auditd.key)")
+	fs.BoolVar(&c.AllowInsecureKeyFile, "allow-insecure-key-file", c.AllowInsecureKeyFile, "start even if the signing key is readable by group or others (logs an error)")
 	fs.StringVar(&c.Origin, "origin", c.Origin, "name of a generated signing key (checkpoint origin prefix)")
 	fs.DurationVar(&c.CheckpointInterval, "checkpoint-interval", c.CheckpointInterval, "least time between checkpoints of one log")
 	fs.IntVar(&c.MaxBatch, "max-batch", c.MaxBatch, "entries per group commit, at most")

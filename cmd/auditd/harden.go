@@ -1,5 +1,12 @@
 package main
 
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"syscall"
+)
+
 // authSummary says in the startup log which token guards what.
 func authSummary(cfg Config) string {
 	switch {
@@ -12,3 +19,50 @@ func authSummary(cfg Config) string {
 	}
 	return "no tokens: reads and writes are open"
 }
+
+// ensureDataDir creates the data directory with mode 0700, and narrows an
+// existing one that others can read or enter to 0700 (the ledger and the
+// signing key are the operator's alone).
+func ensureDataDir(dir string, logger *slog.Logger) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("data dir %s is not a directory", dir)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("data dir %s has mode %04o and cannot be narrowed to 0700: %w", dir, perm, err)
+		}
+		logger.Warn("narrowed the data dir's mode to 0700", "dir", dir, "was", fmt.Sprintf("%04o", perm))
+	}
+	return nil
+}
+
+// checkKeyMode refuses a signing key file that others can read or write:
+// whoever reads it can sign checkpoints as this log. With allow set it
+// warns loudly instead.
+func checkKeyMode(path string, allow bool, logger *slog.Logger) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("signing key: %w", err)
+	}
+	perm := fi.Mode().Perm()
+	if perm&0o077 == 0 {
+		return nil
+	}
+	if !allow {
+		return fmt.Errorf("signing key %s has mode %04o: group or others can read or change it; "+
+			"run chmod 600 %s (or pass --allow-insecure-key-file to start anyway)", path, perm, path)
+	}
+	logger.Error("INSECURE: the signing key is readable or writable by others; anyone who reads it can sign checkpoints as this auditd",
+		"file", path, "mode", fmt.Sprintf("%04o", perm))
+	return nil
+}
+
+// umask sets the process's file mode creation mask and returns the old one.
+func umask(m int) int { return syscall.Umask(m) }

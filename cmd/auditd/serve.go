@@ -73,11 +73,16 @@ func newLogger(level, format string) (*slog.Logger, error) {
 // serve runs the daemon until ctx ends. If ready is not nil it receives the
 // listening address once the server accepts connections.
 func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- string) error {
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return fmt.Errorf("data dir: %w", err)
+	// Files the ledger creates (Pebble's) are the operator's alone.
+	umask(0o077)
+	if err := ensureDataDir(cfg.DataDir, logger); err != nil {
+		return err
 	}
 	key, created, err := loadOrCreateKey(cfg.KeyFile, cfg.Origin)
 	if err != nil {
+		return err
+	}
+	if err := checkKeyMode(cfg.KeyFile, cfg.AllowInsecureKeyFile, logger); err != nil {
 		return err
 	}
 	if created {

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// syncBuffer is a log sink safe for the daemon's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// tryServe runs serve with cfg (validated) until it is ready or fails. On
+// success the daemon stops at the end of the test; the error is serve's if
+// it returned before it was ready.
+func tryServe(t *testing.T, cfg Config, logs io.Writer) (string, error) {
+	t.Helper()
+	if logs == nil {
+		logs = io.Discard
+	}
+	if err := cfg.validate(); err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, cfg, slog.New(slog.NewTextHandler(logs, nil)), ready) }()
+	select {
+	case addr := <-ready:
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("serve returned %v", err)
+			}
+		})
+		return "http://" + addr, nil
+	case err := <-done:
+		cancel()
+		return "", err
+	case <-time.After(30 * time.Second):
+		cancel()
+		t.Fatal("serve neither started nor failed in 30s")
+		return "", nil
+	}
+}
+
+func testConfig(t *testing.T) Config {
+	cfg := defaultConfig()
+	cfg.DataDir, cfg.Listen = filepath.Join(t.TempDir(), "data"), "127.0.0.1:0"
+	cfg.CheckpointInterval = 10 * time.Millisecond
+	return cfg
+}
+
+// Item 9: a signing key that others can read is refused (0644, and 0666
+// in a 0777 data dir); --allow-insecure-key-file starts with a loud error.
+func TestServeRefusesReadableKey(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		keyMode, dirMo fs.FileMode
+	}{{"0644", 0o644, 0o700}, {"0666 in 0777", 0o666, 0o777}, {"0640", 0o640, 0o700}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t)
+			if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			key := filepath.Join(cfg.DataDir, "auditd.key")
+			if err := writeNewKey(key, "harden.test"); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(key, tc.keyMode); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(cfg.DataDir, tc.dirMo); err != nil {
+				t.Fatal(err)
+			}
+			_, err := tryServe(t, cfg, nil)
+			if err == nil || !strings.Contains(err.Error(), "chmod 600") {
+				t.Fatalf("serve with a key of mode %04o: %v, want a refusal naming chmod 600", tc.keyMode, err)
+			}
+			cfg.AllowInsecureKeyFile = true
+			var logs syncBuffer
+			if _, err := tryServe(t, cfg, &logs); err != nil {
+				t.Fatalf("serve --allow-insecure-key-file: %v", err)
+			}
+			if !strings.Contains(logs.String(), `level=ERROR msg="INSECURE`) {
+				t.Errorf("no loud error in the log:\n%s", logs.String())
+			}
+		})
+	}
+}
+
+// Item 9: the data dir is created 0700, an existing 0777 one is narrowed
+// to 0700, and no file the daemon creates in it is readable by others
+// even when the process umask is 0 (Pebble creates its files 0666).
+func TestServeDataDirPrivate(t *testing.T) {
+	cfg := testConfig(t)
+	if err := os.MkdirAll(cfg.DataDir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(cfg.DataDir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	old := umask(0)
+	defer umask(old)
+	cfg.Logs = []string{"a"}
+	if _, err := tryServe(t, cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(cfg.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o700 {
+		t.Errorf("data dir mode %04o, want 0700", fi.Mode().Perm())
+	}
+	n := 0
+	filepath.WalkDir(cfg.DataDir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return nil // removed meanwhile
+		}
+		n++
+		if p != cfg.DataDir && info.Mode().Perm()&0o077 != 0 {
+			t.Errorf("%s has mode %04o: readable by others", p, info.Mode().Perm())
+		}
+		return nil
+	})
+	if n < 5 {
+		t.Fatalf("only %d files in the data dir", n)
+	}
+}

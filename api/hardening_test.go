@@ -33,3 +33,24 @@ func TestReadTokenAloneProtectsWrites(t *testing.T) {
 		t.Errorf("POST with the read token when a write token is set: got %v, want 401", r)
 	}
 }
+
+// Item 1: two ids that differ only in their invalid bytes are both refused
+// (400 with the line) instead of colliding on U+FFFD; an empty id is 400.
+func TestPostRefusesInvalidUTF8IDs(t *testing.T) {
+	e := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true}})
+	e.post("l", "", `{"id":"x","payload":1}`)
+	for _, body := range []string{
+		`{"id":"y","payload":1}` + "\n" + `{"id":"bad` + "\xff\xfe" + `id","payload":1}`,
+		`{"id":"y","payload":1}` + "\n" + `{"id":"bad` + "\xc0\xaf" + `id","payload":1}`,
+		`{"id":"y","payload":1}` + "\n" + `{"id":"k","key":"` + "\xff" + `","payload":1}`,
+		`{"id":"y","payload":1}` + "\n" + `{"id":"","payload":1}`,
+	} {
+		r := e.do(http.MethodPost, "/v1/logs/l/entries", strings.NewReader(body))
+		if r.status != http.StatusBadRequest || !strings.Contains(string(r.body), `"line":2`) {
+			t.Errorf("POST %q: got %v, want 400 naming line 2", body, r)
+		}
+	}
+	if got := e.logsSnapshot(); !strings.Contains(got, `"size":1`) {
+		t.Errorf("a refused POST appended: %s", got)
+	}
+}

@@ -153,7 +153,10 @@ func decodeArray(r io.Reader, lim Limits) ([]ledger.Entry, error) {
 		if lc.err != nil && errors.Is(err, lc.err) {
 			return err // the body could not be read (too large, cut off)
 		}
+		var fe *fieldError
 		switch {
+		case errors.As(err, &fe):
+			off = start + fieldOffset(lc.buf[start:min(off, int64(len(lc.buf)))], fe.field)
 		case errors.As(err, &se):
 			off = se.Offset // from the start of the stream
 		case errors.As(err, &te):
@@ -171,11 +174,11 @@ func decodeArray(r io.Reader, lim Limits) ([]ledger.Entry, error) {
 			return nil, &DecodeError{Line: lc.lineAt(off) + leadingNewlines(lc.buf, off), Item: i, Err: fmt.Sprintf("more than %d events in one request", lim.MaxEvents)}
 		}
 		start = dec.InputOffset()
-		var ev Event
+		var ev wireEvent
 		if err := dec.Decode(&ev); err != nil {
 			return nil, fail(i, err)
 		}
-		e, err := ev.Entry(lim)
+		e, err := ev.entry(lim)
 		if err != nil {
 			return nil, &DecodeError{Line: lc.lineAt(start) + leadingNewlines(lc.buf, start), Item: i, Err: err.Error()}
 		}
@@ -233,7 +236,7 @@ func decodeNDJSON(r io.Reader, lim Limits) ([]ledger.Entry, error) {
 		if lim.MaxEvents > 0 && i >= lim.MaxEvents {
 			return nil, &DecodeError{Line: line, Item: i, Err: fmt.Sprintf("more than %d events in one request", lim.MaxEvents)}
 		}
-		var ev Event
+		var ev wireEvent
 		if err := dec.Decode(&ev); err != nil {
 			if lc.err != nil && errors.Is(err, lc.err) {
 				return nil, err
@@ -244,7 +247,7 @@ func decodeNDJSON(r io.Reader, lim Limits) ([]ledger.Entry, error) {
 		if end != line {
 			return nil, &DecodeError{Line: line, Item: i, Err: "an event must be on one line"}
 		}
-		e, err := ev.Entry(lim)
+		e, err := ev.entry(lim)
 		if err != nil {
 			return nil, &DecodeError{Line: line, Item: i, Err: err.Error()}
 		}

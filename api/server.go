@@ -283,7 +283,14 @@ func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 		if decode.Item >= 0 {
 			extra["item"] = decode.Item
 		}
-		writeError(w, http.StatusBadRequest, "malformed_body", decode.Error(), extra)
+		switch decode.Exceeds {
+		case "payload", "events":
+			extra["limit"] = decode.Limit
+			code := map[string]string{"payload": "payload_too_large", "events": "too_many_events"}[decode.Exceeds]
+			writeError(w, http.StatusRequestEntityTooLarge, code, decode.Error(), extra)
+		default:
+			writeError(w, http.StatusBadRequest, "malformed_body", decode.Error(), extra)
+		}
 	case errors.Is(err, ingest.ErrEmpty):
 		writeError(w, http.StatusBadRequest, "empty_batch", "the request holds no events", nil)
 	case errors.Is(err, ledger.ErrLogNotFound):

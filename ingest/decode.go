@@ -37,6 +37,11 @@ type DecodeError struct {
 	Line int // 1-based line of the body where the problem is
 	Item int // 0-based position of the event, -1 if not known
 	Err  string
+	// Exceeds names the limit the body goes over ("payload" or "events"),
+	// "" when it is malformed; Limit is that limit. A body over a limit is
+	// well formed but larger than the server takes (HTTP 413, not 400).
+	Exceeds string
+	Limit   int
 }
 
 func (e *DecodeError) Error() string {
@@ -171,7 +176,7 @@ func decodeArray(r io.Reader, lim Limits) ([]ledger.Entry, error) {
 	for i := 0; dec.More(); i++ {
 		if lim.MaxEvents > 0 && i >= lim.MaxEvents {
 			off := dec.InputOffset()
-			return nil, &DecodeError{Line: lc.lineAt(off) + leadingNewlines(lc.buf, off), Item: i, Err: fmt.Sprintf("more than %d events in one request", lim.MaxEvents)}
+			return nil, &DecodeError{Line: lc.lineAt(off) + leadingNewlines(lc.buf, off), Item: i, Err: fmt.Sprintf("more than %d events in one request", lim.MaxEvents), Exceeds: "events", Limit: lim.MaxEvents}
 		}
 		start = dec.InputOffset()
 		var ev wireEvent
@@ -180,7 +185,7 @@ func decodeArray(r io.Reader, lim Limits) ([]ledger.Entry, error) {
 		}
 		e, err := ev.entry(lim)
 		if err != nil {
-			return nil, &DecodeError{Line: lc.lineAt(start) + leadingNewlines(lc.buf, start), Item: i, Err: err.Error()}
+			return nil, exceeds(&DecodeError{Line: lc.lineAt(start) + leadingNewlines(lc.buf, start), Item: i, Err: err.Error()}, err)
 		}
 		out = append(out, e)
 	}
@@ -234,7 +239,7 @@ func decodeNDJSON(r io.Reader, lim Limits) ([]ledger.Entry, error) {
 			return nil, &DecodeError{Line: line, Item: i - 1, Err: "more than one JSON value on the line"}
 		}
 		if lim.MaxEvents > 0 && i >= lim.MaxEvents {
-			return nil, &DecodeError{Line: line, Item: i, Err: fmt.Sprintf("more than %d events in one request", lim.MaxEvents)}
+			return nil, &DecodeError{Line: line, Item: i, Err: fmt.Sprintf("more than %d events in one request", lim.MaxEvents), Exceeds: "events", Limit: lim.MaxEvents}
 		}
 		var ev wireEvent
 		if err := dec.Decode(&ev); err != nil {
@@ -249,7 +254,7 @@ func decodeNDJSON(r io.Reader, lim Limits) ([]ledger.Entry, error) {
 		}
 		e, err := ev.entry(lim)
 		if err != nil {
-			return nil, &DecodeError{Line: line, Item: i, Err: err.Error()}
+			return nil, exceeds(&DecodeError{Line: line, Item: i, Err: err.Error()}, err)
 		}
 		out = append(out, e)
 		prevEnd = end
@@ -319,7 +324,25 @@ func (ev *Event) Entry(lim Limits) (ledger.Entry, error) {
 		return e, errors.New("payload or payload_base64 is required")
 	}
 	if lim.MaxPayload > 0 && len(e.Payload) > lim.MaxPayload {
-		return e, fmt.Errorf("payload of %d bytes (max %d)", len(e.Payload), lim.MaxPayload)
+		return e, &limitError{"payload", lim.MaxPayload, fmt.Sprintf("payload of %d bytes (max %d)", len(e.Payload), lim.MaxPayload)}
 	}
 	return e, nil
+}
+
+// limitError is an event over one of the Limits.
+type limitError struct {
+	what  string
+	limit int
+	msg   string
+}
+
+func (e *limitError) Error() string { return e.msg }
+
+// exceeds marks de with the limit err reports, if it is a *limitError.
+func exceeds(de *DecodeError, err error) *DecodeError {
+	var le *limitError
+	if errors.As(err, &le) {
+		de.Exceeds, de.Limit = le.what, le.limit
+	}
+	return de
 }

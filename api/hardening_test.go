@@ -1,9 +1,14 @@
 package api_test
 
 import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/auditd/auditd/api"
 )
@@ -52,5 +57,66 @@ func TestPostRefusesInvalidUTF8IDs(t *testing.T) {
 	}
 	if got := e.logsSnapshot(); !strings.Contains(got, `"size":1`) {
 		t.Errorf("a refused POST appended: %s", got)
+	}
+}
+
+// slowPost opens a connection, sends the headers of a POST whose body is
+// n bytes and the first byte of it, and returns the connection.
+func slowPost(t *testing.T, addr, log string, n int) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	fmt.Fprintf(c, "POST /v1/logs/%s/entries HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-ndjson\r\nContent-Length: %d\r\n\r\n{", log, n)
+	return c
+}
+
+// Item 5: bodies trickled by as many clients as there are write slots do
+// not stop writes: past the body timeout they get 408 and free the slots.
+func TestSlowBodiesReleaseWriteSlots(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	e := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true, MaxConcurrentWrites: 2, BodyTimeout: timeout}})
+	addr := strings.TrimPrefix(e.http.URL, "http://")
+	var slow []net.Conn
+	for range 2 {
+		slow = append(slow, slowPost(t, addr, "l", 1000))
+	}
+	time.Sleep(50 * time.Millisecond) // both hold a slot
+	start := time.Now()
+	r := e.do(http.MethodPost, "/v1/logs/l/entries", strings.NewReader(`{"id":"a","payload":1}`))
+	waited := time.Since(start)
+	if r.status != http.StatusOK {
+		t.Fatalf("POST behind two slow bodies: %v", r)
+	}
+	if waited > timeout+2*time.Second {
+		t.Errorf("the POST waited %v, more than the body timeout %v plus a commit", waited, timeout)
+	}
+	for i, c := range slow {
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		res, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("slow client %d: %v", i, err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		if res.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(b), `"code":"body_timeout"`) {
+			t.Errorf("slow client %d: %d %s, want 408 body_timeout", i, res.StatusCode, b)
+		}
+	}
+}
+
+// Item 5: the read deadline ends with the body: a POST that waits for its
+// checkpoint longer than the body timeout still gets its proof, and a
+// second request on the same keep-alive connection is served.
+func TestBodyTimeoutEndsWithTheBody(t *testing.T) {
+	e := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true, BodyTimeout: 200 * time.Millisecond}, cpInterval: 600 * time.Millisecond})
+	e.post("l", "", `{"id":"a","payload":1}`) // the next checkpoint is ~600ms away
+	time.Sleep(300 * time.Millisecond)
+	for _, id := range []string{"b", "c"} {
+		out, _ := e.post("l", "wait=checkpoint", `{"id":"`+id+`","payload":1}`)
+		if len(out.Entries) != 1 {
+			t.Fatalf("POST %s: %+v", id, out)
+		}
 	}
 }

@@ -118,19 +118,18 @@ func (s *Server) postEntries(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, "source_log", fmt.Sprintf("log %s is fed by a Kafka partition; it takes no entries over HTTP", name), nil)
 		return
 	}
-	select {
-	case s.writes <- struct{}{}:
-		defer func() { <-s.writes }()
-	case <-r.Context().Done():
-		writeError(w, http.StatusServiceUnavailable, "timeout", "request ended while waiting for a write slot", nil)
+	release, ok := s.admitWrite(w, r)
+	if !ok {
 		return
 	}
+	defer release()
 	body := http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
 	entries, err := ingest.Decode(body, ingest.Limits{MaxEvents: s.opts.MaxEvents, MaxPayload: s.opts.MaxPayloadBytes})
 	if err != nil {
 		s.writeErr(w, r, err)
 		return
 	}
+	bodyRead(w)
 	if l == nil {
 		// The log comes into existence with its first successful append:
 		// a refused request leaves no trace.
@@ -144,6 +143,7 @@ func (s *Server) postEntries(w http.ResponseWriter, r *http.Request) {
 		s.writeErr(w, r, err)
 		return
 	}
+	release() // the body is in the ledger; waiting for a checkpoint holds no slot
 	out := appendOut{Size: res.Size, Entries: make([]appendedOut, len(res.Entries))}
 	for i, a := range res.Entries {
 		out.Entries[i] = appendedOut{Index: a.Index, ID: a.ID, LeafHash: a.LeafHash, Duplicate: a.Duplicate}

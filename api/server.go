@@ -43,6 +43,15 @@ type Options struct {
 	MaxConcurrentWrites int
 	// WaitTimeout bounds ?wait=checkpoint (default 30s).
 	WaitTimeout time.Duration
+	// BodyTimeout bounds the time a POST body takes to arrive once its
+	// write slot is granted (default 30s); a slower body gets 408 and its
+	// slot back.
+	BodyTimeout time.Duration
+	// MaxInflightBytes bounds the bytes of the POST bodies being decoded
+	// and appended at once, across requests (default 4 x MaxBodyBytes). A
+	// POST takes its Content-Length (MaxBodyBytes without one) from it
+	// before reading its body, and waits while it is spent.
+	MaxInflightBytes int64
 	// Metrics serves /metrics, if set.
 	Metrics http.Handler
 	Logger  *slog.Logger
@@ -69,6 +78,7 @@ type Server struct {
 	duration *prometheus.HistogramVec
 	handler  http.Handler
 	writes   chan struct{} // a slot per POST being decoded and appended
+	budget   *byteBudget   // bytes of the bodies being decoded and appended
 }
 
 // New returns a server for store. verifierKey is the signed-note verifier
@@ -89,6 +99,12 @@ func New(store *ledger.Store, verifierKey string, opts Options) *Server {
 	if opts.WaitTimeout <= 0 {
 		opts.WaitTimeout = 30 * time.Second
 	}
+	if opts.BodyTimeout <= 0 {
+		opts.BodyTimeout = 30 * time.Second
+	}
+	if opts.MaxInflightBytes <= 0 {
+		opts.MaxInflightBytes = 4 * opts.MaxBodyBytes
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -103,6 +119,7 @@ func New(store *ledger.Store, verifierKey string, opts Options) *Server {
 		}, []string{"route"}),
 	}
 	s.writes = make(chan struct{}, opts.MaxConcurrentWrites)
+	s.budget = newByteBudget(opts.MaxInflightBytes)
 	s.handler = s.routes()
 	return s
 }
@@ -275,6 +292,9 @@ func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 			extra["index"] = conflict.Index
 		}
 		writeError(w, http.StatusConflict, "id_conflict", conflict.Error(), extra)
+	case isBodyTimeout(err):
+		writeError(w, http.StatusRequestTimeout, "body_timeout",
+			"the request body did not arrive within "+s.opts.BodyTimeout.String(), map[string]any{"timeout_seconds": s.opts.BodyTimeout.Seconds()})
 	case errors.As(err, &tooBig):
 		writeError(w, http.StatusRequestEntityTooLarge, "body_too_large",
 			"request body exceeds "+itoa(uint64(tooBig.Limit))+" bytes", map[string]any{"limit": tooBig.Limit})

@@ -1,0 +1,135 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+)
+
+// byteBudget is a weighted semaphore over the bytes of request bodies in
+// flight: a POST takes its share before reading its body and waits, in
+// arrival order, while the budget is spent.
+type byteBudget struct {
+	mu      sync.Mutex
+	free    int64
+	total   int64
+	waiters []*budgetWaiter
+}
+
+type budgetWaiter struct {
+	n     int64
+	ready chan struct{}
+}
+
+func newByteBudget(n int64) *byteBudget { return &byteBudget{free: n, total: n} }
+
+// acquire takes n bytes (at most the whole budget), waiting until they are
+// free or ctx ends.
+func (b *byteBudget) acquire(ctx context.Context, n int64) (int64, error) {
+	n = min(n, b.total)
+	b.mu.Lock()
+	if len(b.waiters) == 0 && b.free >= n {
+		b.free -= n
+		b.mu.Unlock()
+		return n, nil
+	}
+	w := &budgetWaiter{n: n, ready: make(chan struct{})}
+	b.waiters = append(b.waiters, w)
+	b.mu.Unlock()
+	select {
+	case <-w.ready:
+		return n, nil
+	case <-ctx.Done():
+		b.mu.Lock()
+		select {
+		case <-w.ready: // granted meanwhile: give it back
+			b.mu.Unlock()
+			b.release(n)
+		default:
+			for i, o := range b.waiters {
+				if o == w {
+					b.waiters = append(b.waiters[:i], b.waiters[i+1:]...)
+					break
+				}
+			}
+			b.grant()
+			b.mu.Unlock()
+		}
+		return 0, ctx.Err()
+	}
+}
+
+func (b *byteBudget) release(n int64) {
+	b.mu.Lock()
+	b.free += n
+	b.grant()
+	b.mu.Unlock()
+}
+
+// grant wakes the waiters at the head of the queue that now fit. Called
+// with mu held.
+func (b *byteBudget) grant() {
+	for len(b.waiters) > 0 && b.waiters[0].n <= b.free {
+		w := b.waiters[0]
+		b.waiters = b.waiters[1:]
+		b.free -= w.n
+		close(w.ready)
+	}
+}
+
+// inUse reports the bytes taken.
+func (b *byteBudget) inUse() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.total - b.free
+}
+
+// admitWrite waits for a write slot and for the body's share of the byte
+// budget (its Content-Length, or the largest body when it has none), then
+// bounds the time the body may take to arrive. The returned release gives
+// both back; it is safe to call more than once. ok is false when the
+// request ended while waiting (the answer is written).
+func (s *Server) admitWrite(w http.ResponseWriter, r *http.Request) (release func(), ok bool) {
+	select {
+	case s.writes <- struct{}{}:
+	case <-r.Context().Done():
+		writeError(w, http.StatusServiceUnavailable, "timeout", "request ended while waiting for a write slot", nil)
+		return nil, false
+	}
+	want := s.opts.MaxBodyBytes
+	if r.ContentLength >= 0 && r.ContentLength < want {
+		want = r.ContentLength
+	}
+	got, err := s.budget.acquire(r.Context(), want)
+	if err != nil {
+		<-s.writes
+		writeError(w, http.StatusServiceUnavailable, "timeout", "request ended while waiting for memory for its body", nil)
+		return nil, false
+	}
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			s.budget.release(got)
+			<-s.writes
+		})
+	}
+	// The whole body must arrive within BodyTimeout of its slot being
+	// granted: a client that trickles its body cannot hold a slot forever.
+	rc := http.NewResponseController(w)
+	if err := rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		s.log.Warn("cannot bound the body's read time", "err", err)
+	}
+	return release, true
+}
+
+// bodyRead ends the body's read deadline once it is read, so that the
+// connection's background read (and a keep-alive) does not trip on it.
+func bodyRead(w http.ResponseWriter) {
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+}
+
+// isBodyTimeout reports whether err is the body read deadline passing.
+func isBodyTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }

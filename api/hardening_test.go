@@ -120,3 +120,32 @@ func TestBodyTimeoutEndsWithTheBody(t *testing.T) {
 		}
 	}
 }
+
+// Item 6: bodies share a byte budget across requests: while one body holds
+// most of it, a second POST waits (it does not decode alongside), and goes
+// through once the first is done.
+func TestBodiesShareAByteBudget(t *testing.T) {
+	const timeout = 400 * time.Millisecond
+	e := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true, MaxBodyBytes: 1 << 20, MaxInflightBytes: 1 << 20, BodyTimeout: timeout}})
+	addr := strings.TrimPrefix(e.http.URL, "http://")
+	slowPost(t, addr, "l", 800<<10) // holds 800 KiB of the 1 MiB budget
+	time.Sleep(50 * time.Millisecond)
+	body := `{"id":"big","payload":"` + strings.Repeat("x", 400<<10) + `"}`
+	start := time.Now()
+	r := e.do(http.MethodPost, "/v1/logs/l/entries", strings.NewReader(body))
+	waited := time.Since(start)
+	if r.status != http.StatusOK {
+		t.Fatalf("POST: %v", r)
+	}
+	if waited < timeout-100*time.Millisecond {
+		t.Errorf("a 400 KiB body went through in %v while 800 KiB of a 1 MiB budget were held", waited)
+	}
+	// Small bodies fit beside a held share.
+	slowPost(t, addr, "l", 800<<10)
+	time.Sleep(50 * time.Millisecond)
+	start = time.Now()
+	e.post("l", "", `{"id":"small","payload":1}`)
+	if waited := time.Since(start); waited > timeout/2 {
+		t.Errorf("a small body waited %v beside a held 800 KiB share", waited)
+	}
+}

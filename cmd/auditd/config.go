@@ -58,6 +58,15 @@ type Config struct {
 	// MaxConcurrentWrites bounds the POSTs decoded and appended at once (and
 	// so the memory request bodies take); others wait. Default 16.
 	MaxConcurrentWrites int `yaml:"max_concurrent_writes"`
+	// MaxInflightBytes bounds the bytes of the POST bodies decoded and
+	// appended at once, across requests: a POST takes its Content-Length
+	// (MaxBodyBytes without one) before reading and waits while it is
+	// spent. Default 4 x MaxBodyBytes. See docs/operations.md for the
+	// memory this bounds.
+	MaxInflightBytes int64 `yaml:"max_inflight_bytes"`
+	// BodyTimeout bounds the time a POST body takes to arrive once its
+	// write slot is granted; slower ones get 408. Default 30s.
+	BodyTimeout time.Duration `yaml:"body_timeout"`
 	// WriteToken, if set, is the bearer token POSTs must carry. The
 	// environment variable AUDITD_WRITE_TOKEN overrides it.
 	WriteToken string `yaml:"write_token"`
@@ -118,7 +127,7 @@ func defaultConfig() Config {
 		DataDir: "./auditd-data", Listen: "127.0.0.1:8080", Origin: "auditd.local",
 		CheckpointInterval: 100 * time.Millisecond, MaxBatch: 16384, CacheBytes: 128 << 20,
 		CreateLogs: &t, MaxBodyBytes: 32 << 20, MaxEvents: 100_000, MaxPayloadBytes: 1 << 20,
-		MaxConcurrentWrites: 16, WaitTimeout: 30 * time.Second, ShutdownTimeout: 10 * time.Second,
+		MaxConcurrentWrites: 16, WaitTimeout: 30 * time.Second, BodyTimeout: 30 * time.Second, ShutdownTimeout: 10 * time.Second,
 		LogLevel: "info", LogFormat: "text",
 	}
 }
@@ -187,6 +196,8 @@ func bindFlags(fs *flag.FlagSet, c *Config) {
 	fs.DurationVar(&c.BatchDelay, "batch-delay", c.BatchDelay, "time a group commit waits for more requests")
 	fs.Int64Var(&c.CacheBytes, "cache-bytes", c.CacheBytes, "Pebble block cache size in bytes")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest POST body in bytes")
+	fs.Int64Var(&c.MaxInflightBytes, "max-inflight-bytes", c.MaxInflightBytes, "bytes of POST bodies in flight at once, across requests (default 4 x max-body-bytes)")
+	fs.DurationVar(&c.BodyTimeout, "body-timeout", c.BodyTimeout, "time a POST body may take to arrive (slower: 408)")
 	fs.StringVar(&c.WriteToken, "write-token", c.WriteToken, "bearer token required for writes (or AUDITD_WRITE_TOKEN)")
 	fs.StringVar(&c.ReadToken, "read-token", c.ReadToken, "bearer token required for reads (or AUDITD_READ_TOKEN)")
 	fs.StringVar(&c.DebugListen, "debug-listen", c.DebugListen, "serve /debug/pprof on this address (off when empty)")

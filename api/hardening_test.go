@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -147,5 +148,51 @@ func TestBodiesShareAByteBudget(t *testing.T) {
 	e.post("l", "", `{"id":"small","payload":1}`)
 	if waited := time.Since(start); waited > timeout/2 {
 		t.Errorf("a small body waited %v beside a held 800 KiB share", waited)
+	}
+}
+
+// Item 4: non-canonical tile paths are refused; a malformed parameter is
+// echoed cut short; start=2^64-1 does not wrap the computed end.
+func TestParsingEdges(t *testing.T) {
+	e := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true}})
+	var body strings.Builder
+	for i := range 300 {
+		fmt.Fprintf(&body, `{"id":"e%d","payload":%d}`+"\n", i, i)
+	}
+	e.post("l", "wait=checkpoint", body.String())
+	e.get("/v1/logs/l/tile/0/000.p/44", http.StatusOK)
+	for _, p := range []string{"0/x000/000.p/44", "0/x000/x000/000.p/44", "0/x000/x000/x000/x000/x000/x000/000.p/44", "1/x000/000.p/1"} {
+		if r := e.get("/v1/logs/l/tile/"+p, http.StatusNotFound); !strings.Contains(string(r.body), "bad_tile_path") {
+			t.Errorf("tile %s: %v", p, r)
+		}
+	}
+	huge := strings.Repeat("A", 100<<10)
+	for _, path := range []string{
+		"/v1/logs/l/proof/inclusion?hash=" + huge,
+		"/v1/logs/l/entries/" + strings.Repeat("9", 100<<10),
+		"/v1/logs/l/proof/consistency?from=1&to=" + huge,
+		"/v1/logs/l/tile/0/" + huge,
+		"/v1/logs/l/entries?start=" + huge,
+		"/v1/logs/l/entries?id=" + huge,
+	} {
+		r := e.do(http.MethodGet, path, nil)
+		if r.status < 400 || len(r.body) > 2048 {
+			t.Errorf("GET %s...: %d with a body of %d bytes, want an error under 2 KB", path[:40], r.status, len(r.body))
+		}
+	}
+	r := e.do(http.MethodPost, "/v1/logs/l/entries?wait="+huge, strings.NewReader(`{"payload":1}`))
+	if r.status != http.StatusBadRequest || len(r.body) > 2048 {
+		t.Errorf("POST ?wait=<100 KB>: %d, %d bytes", r.status, len(r.body))
+	}
+	for _, q := range []string{"start=18446744073709551615", "start=18446744073709551000"} {
+		r := e.do(http.MethodGet, "/v1/logs/l/entries?"+q, nil)
+		if r.status != http.StatusBadRequest || !strings.Contains(string(r.body), "of a tree of size 300") || strings.Contains(string(r.body), ", 999)") {
+			t.Errorf("GET entries?%s: %v, want 400 out_of_range without a wrapped end", q, r)
+		}
+	}
+	var page struct{ Entries []json.RawMessage }
+	e.getJSON("/v1/logs/l/entries?start=299", &page)
+	if len(page.Entries) != 1 {
+		t.Errorf("entries?start=299: %d entries", len(page.Entries))
 	}
 }

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"net/http"
 	"os"
+	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // byteBudget is a weighted semaphore over the bytes of request bodies in
@@ -133,3 +135,33 @@ func bodyRead(w http.ResponseWriter) {
 
 // isBodyTimeout reports whether err is the body read deadline passing.
 func isBodyTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
+
+// maxEcho bounds the bytes of a caller's value quoted back in an error.
+const maxEcho = 64
+
+// echo quotes v for an error message, cut to maxEcho bytes: a malformed
+// 100 KB parameter does not come back as a 100 KB answer.
+func echo(v string) string {
+	if len(v) <= maxEcho {
+		return strconv.Quote(v)
+	}
+	cut := v[:maxEcho]
+	for len(cut) > 0 && !utf8.ValidString(cut) {
+		cut = cut[:len(cut)-1]
+	}
+	return strconv.Quote(cut) + "... (" + strconv.Itoa(len(v)) + " bytes)"
+}
+
+// maxErrorMessage bounds the "error" text of an answer, whatever it quotes.
+const maxErrorMessage = 1024
+
+func capMessage(msg string) string {
+	if len(msg) <= maxErrorMessage {
+		return msg
+	}
+	cut := msg[:maxErrorMessage]
+	for len(cut) > 0 && !utf8.ValidString(cut) {
+		cut = cut[:len(cut)-1]
+	}
+	return cut + "... (cut)"
+}

@@ -98,7 +98,7 @@ func (s *Server) postEntries(w http.ResponseWriter, r *http.Request) {
 	name := chi.URLParam(r, "log")
 	wait := r.URL.Query().Get("wait")
 	if wait != "" && wait != "checkpoint" {
-		writeError(w, http.StatusBadRequest, "invalid_parameter", fmt.Sprintf("wait=%q: the only value is \"checkpoint\"", wait), nil)
+		writeError(w, http.StatusBadRequest, "invalid_parameter", fmt.Sprintf("wait=%s: the only value is \"checkpoint\"", echo(wait)), nil)
 		return
 	}
 	l, err := s.store.Log(name)
@@ -269,7 +269,7 @@ func (s *Server) listEntries(w http.ResponseWriter, r *http.Request, l *ledger.L
 		s.badParam(w, err)
 		return
 	}
-	end := start + 1000
+	end := start + min(1000, ^uint64(0)-start) // no wrap past 2^64-1
 	if q.Has("end") {
 		if end, err = parseUint("end", q.Get("end")); err != nil {
 			s.badParam(w, err)
@@ -383,7 +383,7 @@ func (s *Server) getInclusion(w http.ResponseWriter, r *http.Request) {
 	case q.Has("hash"):
 		h, err := merkle.ParseHash(q.Get("hash"))
 		if err != nil {
-			s.badParam(w, fmt.Errorf("hash: %v", err))
+			s.badParam(w, fmt.Errorf("hash=%s is not a base64 SHA-256 hash", echo(q.Get("hash"))))
 			return
 		}
 		if index, err = l.IndexByLeafHash(h); err != nil {
@@ -483,7 +483,7 @@ func (s *Server) getTile(w http.ResponseWriter, r *http.Request) {
 // parseTilePath parses "<L>/<N>[.p/<W>]" where N is written in 3-digit
 // path elements, all but the last prefixed with "x".
 func parseTilePath(p string) (level uint8, n uint64, width int, err error) {
-	bad := fmt.Errorf("tile path %q is not <L>/<N>[.p/<W>]", p)
+	bad := fmt.Errorf("tile path %s is not <L>/<N>[.p/<W>]", echo(p))
 	parts := strings.Split(p, "/")
 	if len(parts) < 2 {
 		return 0, 0, 0, bad
@@ -505,6 +505,9 @@ func parseTilePath(p string) (level uint8, n uint64, width int, err error) {
 		width = wv
 		rest = rest[:len(rest)-1]
 		rest[len(rest)-1] = strings.TrimSuffix(rest[len(rest)-1], ".p")
+	}
+	if len(rest) > 1 && rest[0] == "x000" {
+		return 0, 0, 0, bad // N is written without leading zero elements
 	}
 	for i, el := range rest {
 		if i < len(rest)-1 {
@@ -535,7 +538,7 @@ func parseUint(name, v string) (uint64, error) {
 	}
 	n, err := strconv.ParseUint(v, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%s=%q is not a non-negative integer", name, v)
+		return 0, fmt.Errorf("%s=%s is not a non-negative integer", name, echo(v))
 	}
 	return n, nil
 }

@@ -261,7 +261,7 @@ func (s *Server) getVerifier(w http.ResponseWriter, r *http.Request) {
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string, extra map[string]any) {
-	body := map[string]any{"error": msg, "code": code}
+	body := map[string]any{"error": capMessage(msg), "code": code}
 	for k, v := range extra {
 		body[k] = v
 	}

@@ -196,3 +196,28 @@ func TestParsingEdges(t *testing.T) {
 		t.Errorf("entries?start=299: %d entries", len(page.Entries))
 	}
 }
+
+// Item 10: with a read token, /metrics (which names every log) needs it,
+// and /readyz says only ready or not, naming no log and no error.
+func TestReadTokenHidesLogNames(t *testing.T) {
+	e := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true, ReadToken: "r3ad",
+		Ready: func() error { return fmt.Errorf("broker secret-topic.0 unreachable") }}, metrics: true})
+	e.token = "r3ad"
+	e.post("secret-log", "", `{"id":"a","payload":1}`)
+	if r := e.do(http.MethodGet, "/metrics", nil); r.status != http.StatusUnauthorized || strings.Contains(string(r.body), "secret") {
+		t.Errorf("GET /metrics without a token: %v", r)
+	}
+	if r := e.get("/metrics", http.StatusOK); !strings.Contains(string(r.body), "secret-log") {
+		t.Errorf("GET /metrics with the token does not list the log")
+	}
+	r := e.do(http.MethodGet, "/readyz", nil)
+	if r.status != http.StatusServiceUnavailable || strings.Contains(string(r.body), "secret") {
+		t.Errorf("GET /readyz: %v, want 503 naming nothing", r)
+	}
+	// Without a read token both stay open and detailed.
+	o := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true, Ready: func() error { return fmt.Errorf("broker down") }}, metrics: true})
+	o.get("/metrics", http.StatusOK)
+	if r := o.do(http.MethodGet, "/readyz", nil); !strings.Contains(string(r.body), "broker down") {
+		t.Errorf("GET /readyz without a read token: %v, want the error", r)
+	}
+}

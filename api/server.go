@@ -144,7 +144,8 @@ func (s *Server) routes() http.Handler {
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
 	if s.opts.Metrics != nil {
-		r.Method(http.MethodGet, "/metrics", s.opts.Metrics)
+		// Metrics name every log: behind the read token when there is one.
+		r.With(s.auth(false)).Method(http.MethodGet, "/metrics", s.opts.Metrics)
 	}
 	r.Route("/v1", func(r chi.Router) {
 		r.With(s.auth(false)).Get("/verifier", s.getVerifier)
@@ -242,12 +243,25 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 			failed = append(failed, li.Name+": "+l.Err().Error())
 		}
 	}
+	// With reads protected, the unauthenticated probe learns only ready or
+	// not: no log names, no error text (the log has them).
+	private := s.opts.ReadToken != ""
 	if len(failed) > 0 {
+		if private {
+			s.log.Debug("not ready", "failed_logs", failed)
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not ready"})
+			return
+		}
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not ready", "failed_logs": failed})
 		return
 	}
 	if s.opts.Ready != nil {
 		if err := s.opts.Ready(); err != nil {
+			if private {
+				s.log.Debug("not ready", "err", err)
+				writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not ready"})
+				return
+			}
 			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not ready", "error": err.Error()})
 			return
 		}

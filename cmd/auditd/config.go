@@ -73,6 +73,11 @@ type Config struct {
 	// ReadToken, if set, is the bearer token reads must carry. Reads are
 	// public by default. AUDITD_READ_TOKEN overrides it.
 	ReadToken string `yaml:"read_token"`
+	// WriteTokenFile and ReadTokenFile, if set, hold the tokens (the file's
+	// content, surrounding whitespace removed); they replace write_token
+	// and read_token. Flags show in ps, files do not.
+	WriteTokenFile string `yaml:"write_token_file"`
+	ReadTokenFile  string `yaml:"read_token_file"`
 	// WaitTimeout bounds POST ?wait=checkpoint. Default 30s.
 	WaitTimeout time.Duration `yaml:"wait_timeout"`
 	// ShutdownTimeout bounds the graceful drain of HTTP requests on
@@ -181,7 +186,7 @@ func (c *Config) validate() error {
 	if c.KeyFile == "" {
 		c.KeyFile = c.DataDir + "/auditd.key"
 	}
-	return nil
+	return c.readTokenFiles()
 }
 
 // bindFlags registers the flags that override the file.
@@ -198,8 +203,10 @@ func bindFlags(fs *flag.FlagSet, c *Config) {
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest POST body in bytes")
 	fs.Int64Var(&c.MaxInflightBytes, "max-inflight-bytes", c.MaxInflightBytes, "bytes of POST bodies in flight at once, across requests (default 4 x max-body-bytes)")
 	fs.DurationVar(&c.BodyTimeout, "body-timeout", c.BodyTimeout, "time a POST body may take to arrive (slower: 408)")
-	fs.StringVar(&c.WriteToken, "write-token", c.WriteToken, "bearer token required for writes (or AUDITD_WRITE_TOKEN)")
-	fs.StringVar(&c.ReadToken, "read-token", c.ReadToken, "bearer token required for reads (or AUDITD_READ_TOKEN)")
+	fs.StringVar(&c.WriteToken, "write-token", c.WriteToken, "bearer token required for writes (visible in ps: prefer --write-token-file or AUDITD_WRITE_TOKEN)")
+	fs.StringVar(&c.ReadToken, "read-token", c.ReadToken, "bearer token required for reads (visible in ps: prefer --read-token-file or AUDITD_READ_TOKEN)")
+	fs.StringVar(&c.WriteTokenFile, "write-token-file", c.WriteTokenFile, "file holding the write token")
+	fs.StringVar(&c.ReadTokenFile, "read-token-file", c.ReadTokenFile, "file holding the read token")
 	fs.StringVar(&c.DebugListen, "debug-listen", c.DebugListen, "serve /debug/pprof on this address (off when empty)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")

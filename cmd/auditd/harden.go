@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"syscall"
 )
 
@@ -66,3 +67,29 @@ func checkKeyMode(path string, allow bool, logger *slog.Logger) error {
 
 // umask sets the process's file mode creation mask and returns the old one.
 func umask(m int) int { return syscall.Umask(m) }
+
+// readTokenFiles replaces the tokens with the contents of their files.
+func (c *Config) readTokenFiles() error {
+	for _, t := range []struct {
+		file string
+		dst  *string
+		what string
+	}{{c.WriteTokenFile, &c.WriteToken, "write"}, {c.ReadTokenFile, &c.ReadToken, "read"}} {
+		if t.file == "" {
+			continue
+		}
+		b, err := os.ReadFile(t.file)
+		if err != nil {
+			return fmt.Errorf("config: %s token file: %w", t.what, err)
+		}
+		tok := strings.TrimSpace(string(b))
+		if tok == "" {
+			return fmt.Errorf("config: %s token file %s is empty", t.what, t.file)
+		}
+		if strings.ContainsAny(tok, " \t\r\n") {
+			return fmt.Errorf("config: %s token file %s holds more than one word", t.what, t.file)
+		}
+		*t.dst = tok
+	}
+	return nil
+}

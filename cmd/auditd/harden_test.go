@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
 	"io"
 	"io/fs"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -153,4 +155,56 @@ func TestServeDataDirPrivate(t *testing.T) {
 	if n < 5 {
 		t.Fatalf("only %d files in the data dir", n)
 	}
+}
+
+// Item 12: tokens can come from files (not shown by ps), and --help says
+// that token flags are visible.
+func TestTokenFiles(t *testing.T) {
+	dir := t.TempDir()
+	wf, rf := filepath.Join(dir, "w"), filepath.Join(dir, "r")
+	os.WriteFile(wf, []byte("wr1te\n"), 0o600)
+	os.WriteFile(rf, []byte("  r3ad \n"), 0o600)
+	cfg := testConfig(t)
+	fset := flag.NewFlagSet("serve", flag.ContinueOnError)
+	bindFlags(fset, &cfg)
+	if err := fset.Parse([]string{"--write-token-file", wf, "--read-token-file", rf}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.WriteToken != "wr1te" || cfg.ReadToken != "r3ad" {
+		t.Errorf("tokens %q, %q", cfg.WriteToken, cfg.ReadToken)
+	}
+	srv, err := tryServe(t, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Post(srv+"/v1/logs/l/entries", "application/x-ndjson", strings.NewReader(`{"payload":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("POST without the token from the file: %s", resp.Status)
+	}
+	for _, bad := range []string{filepath.Join(dir, "missing"), emptyFile(t)} {
+		c := testConfig(t)
+		c.WriteTokenFile = bad
+		if err := c.validate(); err == nil {
+			t.Errorf("token file %s accepted", bad)
+		}
+	}
+	var help bytes.Buffer
+	fset.SetOutput(&help)
+	fset.PrintDefaults()
+	if !strings.Contains(help.String(), "visible in ps") {
+		t.Errorf("--help does not warn that token flags are visible:\n%s", help.String())
+	}
+}
+
+func emptyFile(t *testing.T) string {
+	p := filepath.Join(t.TempDir(), "empty")
+	os.WriteFile(p, []byte("\n"), 0o600)
+	return p
 }

@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"io"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -207,4 +209,86 @@ func emptyFile(t *testing.T) string {
 	p := filepath.Join(t.TempDir(), "empty")
 	os.WriteFile(p, []byte("\n"), 0o600)
 	return p
+}
+
+// Items 13, 14: a key name the signer refuses is refused before any file is
+// written, so a retry with a good name (or a later good start) works.
+func TestBadKeyNameWritesNothing(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "k.key")
+	if err := runKeygen([]string{"-name", "bad name", "-out", out}); err == nil {
+		t.Fatal("keygen accepted the name 'bad name'")
+	}
+	for _, p := range []string{out, out + ".pub"} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("keygen with a bad name left %s behind", p)
+		}
+	}
+	if err := runKeygen([]string{"-name", "good.name", "-out", out}); err != nil {
+		t.Fatalf("retry with a good name: %v", err)
+	}
+
+	cfg := testConfig(t)
+	cfg.Origin = "bad name"
+	if _, err := tryServe(t, cfg, nil); err == nil {
+		t.Fatal("serve --origin 'bad name' started")
+	}
+	if _, err := os.Stat(filepath.Join(cfg.DataDir, "auditd.key")); err == nil {
+		t.Error("serve --origin 'bad name' wrote a key")
+	}
+	cfg.Origin = "good.origin"
+	cfg.KeyFile = ""
+	if _, err := tryServe(t, cfg, nil); err != nil {
+		t.Fatalf("serve with a good origin after a bad one: %v", err)
+	}
+}
+
+// Item 15: a port in use fails serve before it makes the data dir or a
+// key; extra arguments are refused.
+func TestServeBindsFirst(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cfg := testConfig(t)
+	cfg.Listen = ln.Addr().String()
+	if _, err := tryServe(t, cfg, nil); err == nil || !strings.Contains(err.Error(), "listen") {
+		t.Fatalf("serve on a taken port: %v", err)
+	}
+	if _, err := os.Stat(cfg.DataDir); err == nil {
+		t.Errorf("serve on a taken port left %s behind", cfg.DataDir)
+	}
+	err = runServe([]string{"--data-dir", cfg.DataDir, "extra"})
+	if err == nil || exitStatus(err) != 2 {
+		t.Errorf("serve with an extra argument: %v (exit %d), want a usage error", err, exitStatus(err))
+	}
+	if _, err := os.Stat(cfg.DataDir); err == nil {
+		t.Errorf("serve with an extra argument left %s behind", cfg.DataDir)
+	}
+}
+
+// Item 19: a usage error exits 2 for every command; other errors keep 1.
+func TestUsageErrorsExit2(t *testing.T) {
+	dir := t.TempDir()
+	for name, err := range map[string]error{
+		"serve bad flag":   runServe([]string{"--no-such-flag"}),
+		"serve extra arg":  runServe([]string{"x"}),
+		"demo bad flag":    runDemo([]string{"--no-such-flag"}),
+		"demo extra arg":   runDemo([]string{"x"}),
+		"keygen bad flag":  runKeygen([]string{"--no-such-flag"}),
+		"keygen extra arg": runKeygen([]string{"-out", filepath.Join(dir, "k"), "x"}),
+		"bench no mode":    runBench(nil),
+		"bench bad mode":   runBench([]string{"nope"}),
+		"bench bad flag":   runBench([]string{"append", "--no-such-flag"}),
+		"bench kafka flag": runBench([]string{"kafka", "--no-such-flag"}),
+		"bench derive":     runBench([]string{"derive", "--no-such-flag"}),
+	} {
+		if err == nil || exitStatus(err) != 2 {
+			t.Errorf("%s: %v, exit %d; want 2", name, err, exitStatus(err))
+		}
+	}
+	if st := exitStatus(errors.New("runtime")); st != 1 {
+		t.Errorf("a runtime error exits %d, want 1", st)
+	}
 }

@@ -40,7 +40,10 @@ func runServe(args []string) error {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
-		return err
+		return usageError{err}
+	}
+	if fset.NArg() > 0 {
+		return usageError{fmt.Errorf("serve takes no arguments (got %q); flags go before any argument", fset.Args())}
 	}
 	kf.apply(fset, &cfg)
 	if err := cfg.validate(); err != nil {
@@ -73,6 +76,12 @@ func newLogger(level, format string) (*slog.Logger, error) {
 // serve runs the daemon until ctx ends. If ready is not nil it receives the
 // listening address once the server accepts connections.
 func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- string) error {
+	// Bind first: a port in use leaves no data dir and no key behind.
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	defer ln.Close()
 	// Files the ledger creates (Pebble's) are the operator's alone.
 	umask(0o077)
 	if err := ensureDataDir(cfg.DataDir, logger); err != nil {
@@ -194,10 +203,6 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 		go ds.Serve(dl)
 		defer ds.Close()
 		logger.Info("serving Go profiles", "addr", "http://"+dl.Addr().String()+"/debug/pprof/")
-	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	// Shutdown does not end open event streams (/v1/alerts/stream); closing

@@ -1,6 +1,7 @@
 package rederive
 
 import (
+	"context"
 	"strings"
 	"testing"
 )
@@ -26,5 +27,31 @@ func TestParseSpecsAliasCycles(t *testing.T) {
 				t.Errorf("error %q, want it to mention %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// Item 16: an unset ${VAR} in a DSN (or a Redis address, an HTTP URL or
+// header) fails the store's opening, naming the variable, instead of
+// becoming "" (pgx would then connect to the default socket and database).
+func TestStoreUnsetVariable(t *testing.T) {
+	t.Setenv("AUDITD_TEST_EMPTY", "")
+	for name, c := range map[string]StoreConfig{
+		"postgres dsn":   {Postgres: &PostgresConfig{DSN: "${BAL_DSN_UNSET_FOR_TEST}"}},
+		"redis password": {Redis: &RedisConfig{Addr: "127.0.0.1:6379", Password: "${BAL_DSN_UNSET_FOR_TEST}"}},
+		"http url":       {HTTP: &HTTPConfig{URL: "http://127.0.0.1:1/${BAL_DSN_UNSET_FOR_TEST}"}},
+	} {
+		s, err := OpenStore(context.Background(), c)
+		if err == nil {
+			s.Close()
+			t.Errorf("%s: opened with an unset variable", name)
+			continue
+		}
+		if !strings.Contains(err.Error(), "BAL_DSN_UNSET_FOR_TEST is not set") {
+			t.Errorf("%s: %v, want it to name the unset variable", name, err)
+		}
+	}
+	// Set, even to "", is taken as given.
+	if _, err := expandEnvSet("x", "a${AUDITD_TEST_EMPTY}b"); err != nil {
+		t.Errorf("a variable set to empty: %v", err)
 	}
 }

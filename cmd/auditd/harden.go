@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -92,4 +93,14 @@ func (c *Config) readTokenFiles() error {
 		*t.dst = tok
 	}
 	return nil
+}
+
+// explainLock names the lock and its likely holder when the ledger cannot
+// be opened because another process holds the data dir.
+func explainLock(dir string, err error) error {
+	if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) || strings.Contains(err.Error(), "lock held by current process") {
+		return fmt.Errorf("open the ledger in %s: %s/LOCK is held by another process "+
+			"(another auditd serve, or an auditd verify --data-dir, on the same data dir?): %w", dir, dir, err)
+	}
+	return err
 }

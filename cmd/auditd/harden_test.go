@@ -1,19 +1,23 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -291,4 +295,56 @@ func TestUsageErrorsExit2(t *testing.T) {
 	if st := exitStatus(errors.New("runtime")); st != 1 {
 		t.Errorf("a runtime error exits %d, want 1", st)
 	}
+}
+
+// Item 18: a data dir another process holds is named with its lock and the
+// likely cause, not only "resource temporarily unavailable".
+func TestServeLockedDataDir(t *testing.T) {
+	cfg := testConfig(t)
+	if _, err := tryServe(t, cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+	second := cfg
+	second.Listen = "127.0.0.1:0"
+	_, err := tryServe(t, second, nil)
+	if err == nil || !strings.Contains(err.Error(), "LOCK is held by another process") || !strings.Contains(err.Error(), "another auditd serve") {
+		t.Fatalf("second serve on one data dir: %v", err)
+	}
+	// Held by another process (this test binary, re-run as a helper that
+	// takes the same fcntl lock Pebble takes): EAGAIN, explained.
+	other := testConfig(t)
+	os.MkdirAll(other.DataDir, 0o700)
+	helper := exec.Command(os.Args[0], "-test.run=^TestHelperHoldLock$")
+	helper.Env = append(os.Environ(), "AUDITD_HOLD_LOCK="+filepath.Join(other.DataDir, "LOCK"))
+	stdout, _ := helper.StdoutPipe()
+	if err := helper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { helper.Process.Kill(); helper.Wait() }()
+	line, _ := bufio.NewReader(stdout).ReadString('\n')
+	if !strings.HasPrefix(line, "locked") {
+		t.Fatalf("helper: %q", line)
+	}
+	_, err = tryServe(t, other, nil)
+	if err == nil || !strings.Contains(err.Error(), "LOCK is held by another process") || !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("serve on a data dir another process holds: %v", err)
+	}
+}
+
+// TestHelperHoldLock is the helper process of TestServeLockedDataDir.
+func TestHelperHoldLock(t *testing.T) {
+	p := os.Getenv("AUDITD_HOLD_LOCK")
+	if p == "" {
+		return
+	}
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lk := syscall.Flock_t{Type: syscall.F_WRLCK}
+	if err := syscall.FcntlFlock(f.Fd(), syscall.F_SETLK, &lk); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println("locked")
+	time.Sleep(time.Minute)
 }

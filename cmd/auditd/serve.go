@@ -104,7 +104,7 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 		ledger.WithCacheSize(cfg.CacheBytes),
 		ledger.WithLogger(logger))
 	if err != nil {
-		return err
+		return explainLock(cfg.DataDir, err)
 	}
 	defer func() {
 		if err := store.Close(); err != nil {

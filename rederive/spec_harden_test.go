@@ -55,3 +55,29 @@ func TestStoreUnsetVariable(t *testing.T) {
 		t.Errorf("a variable set to empty: %v", err)
 	}
 }
+
+// Item 17: a derivation over sources with no entries yet (a fresh daemon,
+// or a log created but not signed) is pending, not an error; once events
+// come it is judged as usual.
+func TestRunnerNoEntriesYetIsPending(t *testing.T) {
+	lg := newRTLedger(t)
+	pg := newRTPG(t)
+	r := lg.runner(lg.bucket(t))
+	job := rtJob(t, rtSpec("fresh", pg.config()))
+	rep := rtRun(t, r, job, true)
+	if rep.State != StatePending || rep.ErrorKind != "" || rep.Error != "" || !strings.Contains(rep.Waiting, "no source log") {
+		t.Fatalf("run before any log exists: state %q, error %q (%s), waiting %q; want pending", rep.State, rep.ErrorKind, rep.Error, rep.Waiting)
+	}
+	if _, err := lg.store.CreateLog("payments"); err != nil {
+		t.Fatal(err)
+	}
+	if rep := rtRun(t, r, job, true); rep.State != StatePending {
+		t.Fatalf("run over an empty log: state %q (%s)", rep.State, rep.Error)
+	}
+	evs := rtTransfers(1, 10, 3, "acct-")
+	lg.append(t, "payments", evs)
+	pg.set(t, rtBalances(evs, nil))
+	if rep := rtRun(t, r, job, true); rep.State != StateClean {
+		t.Fatalf("run after events: state %q (%s)", rep.State, rep.Error)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/auditd/auditd/alert"
 	"github.com/auditd/auditd/api"
 )
 
@@ -219,5 +220,27 @@ func TestReadTokenHidesLogNames(t *testing.T) {
 	o.get("/metrics", http.StatusOK)
 	if r := o.do(http.MethodGet, "/readyz", nil); !strings.Contains(string(r.body), "broker down") {
 		t.Errorf("GET /readyz without a read token: %v, want the error", r)
+	}
+}
+
+// Item 11: an HTTP id conflict with the log raises an integrity alert (as
+// Kafka's violations do); a conflict inside one request does not.
+func TestIDConflictRaisesAlert(t *testing.T) {
+	e, m := newAlertEnv(t, api.Options{CreateLogs: true})
+	e.post("orders", "", `{"id":"o-1","payload":1}`)
+	r := e.do(http.MethodPost, "/v1/logs/orders/entries", strings.NewReader(`{"id":"o-2","payload":1}`+"\n"+`{"id":"o-2","payload":2}`))
+	if r.status != http.StatusConflict {
+		t.Fatalf("in-request conflict: %v", r)
+	}
+	if _, ok := m.Get("integrity/orders/id_conflict"); ok {
+		t.Error("a conflict inside one request raised an integrity alert")
+	}
+	r = e.do(http.MethodPost, "/v1/logs/orders/entries", strings.NewReader(`{"id":"o-1","payload":2}`))
+	if r.status != http.StatusConflict {
+		t.Fatalf("conflict with the log: %v", r)
+	}
+	a, ok := m.Get("integrity/orders/id_conflict")
+	if !ok || a.Kind != alert.KindIntegrity || a.Subject != "orders" || !strings.Contains(string(a.Details), `"id":"o-1"`) {
+		t.Fatalf("alert after a conflict with the log: %+v (found %v)", a, ok)
 	}
 }

@@ -306,6 +306,7 @@ func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 			extra["index"] = conflict.Index
 		}
 		writeError(w, http.StatusConflict, "id_conflict", conflict.Error(), extra)
+		s.raiseConflict(conflict)
 	case isBodyTimeout(err):
 		writeError(w, http.StatusRequestTimeout, "body_timeout",
 			"the request body did not arrive within "+s.opts.BodyTimeout.String(), map[string]any{"timeout_seconds": s.opts.BodyTimeout.Seconds()})

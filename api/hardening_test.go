@@ -244,3 +244,49 @@ func TestIDConflictRaisesAlert(t *testing.T) {
 		t.Fatalf("alert after a conflict with the log: %+v (found %v)", a, ok)
 	}
 }
+
+// Item 7: POSTs create at most MaxLogs logs (403 too_many_logs after, and
+// nothing is created); GET /v1/logs is paginated (1,000 a page, Link rel=next).
+func TestMaxLogsAndPagination(t *testing.T) {
+	e := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true, MaxLogs: 3}})
+	for _, l := range []string{"a", "b", "c"} {
+		e.post(l, "", `{"id":"x","payload":1}`)
+	}
+	r := e.do(http.MethodPost, "/v1/logs/d/entries", strings.NewReader(`{"id":"x","payload":1}`))
+	if r.status != http.StatusForbidden || !strings.Contains(string(r.body), `"code":"too_many_logs"`) {
+		t.Fatalf("POST creating a 4th log past MaxLogs 3: %v", r)
+	}
+	e.post("a", "", `{"id":"y","payload":1}`) // existing logs still take entries
+	if got := e.logsSnapshot(); strings.Contains(got, `"name":"d"`) {
+		t.Errorf("a refused POST created its log: %s", got)
+	}
+
+	names := make([]string, 1001)
+	for i := range names {
+		names[i] = fmt.Sprintf("log-%04d", i)
+	}
+	p := newTestEnv(t, envConfig{opts: api.Options{}, logs: names})
+	var page []struct{ Name string }
+	r = p.getJSON("/v1/logs", &page)
+	if len(page) != 1000 || page[999].Name != "log-0999" || r.header.Get("Link") != `</v1/logs?after=log-0999>; rel="next"` {
+		t.Fatalf("first page: %d logs, Link %q", len(page), r.header.Get("Link"))
+	}
+	r = p.getJSON("/v1/logs?after=log-0999", &page)
+	if len(page) != 1 || page[0].Name != "log-1000" || r.header.Get("Link") != "" {
+		t.Fatalf("second page: %+v, Link %q", page, r.header.Get("Link"))
+	}
+	var seen []string
+	for next := "/v1/logs?limit=300"; next != ""; {
+		r := p.getJSON(next, &page)
+		for _, l := range page {
+			seen = append(seen, l.Name)
+		}
+		next, _, _ = strings.Cut(strings.TrimPrefix(r.header.Get("Link"), "<"), ">")
+	}
+	if len(seen) != 1001 || seen[1000] != "log-1000" {
+		t.Errorf("paging by 300: %d logs", len(seen))
+	}
+	for _, q := range []string{"limit=0", "limit=1001", "limit=x"} {
+		p.get("/v1/logs?"+q, http.StatusBadRequest)
+	}
+}

@@ -3,12 +3,17 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"net/url"
 	"os"
+	"sort"
 	"strconv"
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/auditd/auditd/ledger"
 )
 
 // byteBudget is a weighted semaphore over the bytes of request bodies in
@@ -164,4 +169,48 @@ func capMessage(msg string) string {
 		cut = cut[:len(cut)-1]
 	}
 	return cut + "... (cut)"
+}
+
+// maxLogsPage bounds the logs of one GET /v1/logs.
+const maxLogsPage = 1000
+
+// pageLogs returns the logs (sorted by name) after ?after=NAME, at most
+// ?limit= (1..1000, default 1000), and the URL of the next page ("" on
+// the last).
+func pageLogs(all []ledger.LogInfo, r *http.Request) ([]ledger.LogInfo, string, error) {
+	q := r.URL.Query()
+	limit := uint64(maxLogsPage)
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || n == 0 || n > maxLogsPage {
+			return nil, "", errors.New("limit must be 1..1000")
+		}
+		limit = n
+	}
+	after := q.Get("after")
+	i := sort.Search(len(all), func(i int) bool { return all[i].Name > after })
+	page := all[i:min(len(all), i+int(limit))]
+	if i+len(page) >= len(all) || len(page) == 0 {
+		return page, "", nil
+	}
+	next := url.Values{"after": {page[len(page)-1].Name}}
+	if q.Has("limit") {
+		next.Set("limit", strconv.FormatUint(limit, 10))
+	}
+	return page, r.URL.Path + "?" + next.Encode(), nil
+}
+
+// tooManyLogs answers 403 too_many_logs when a POST would create a log
+// past MaxLogs. Concurrent POSTs to new names may pass the check together,
+// so the count can exceed MaxLogs by at most MaxConcurrentWrites.
+func (s *Server) tooManyLogs(w http.ResponseWriter) bool {
+	if s.opts.MaxLogs <= 0 {
+		return false
+	}
+	if n := len(s.store.Logs()); n >= s.opts.MaxLogs {
+		writeError(w, http.StatusForbidden, "too_many_logs",
+			fmt.Sprintf("the server holds %d logs, its maximum; a POST creates no more", n), map[string]any{"limit": s.opts.MaxLogs})
+		return true
+	}
+	return false
 }

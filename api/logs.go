@@ -28,10 +28,17 @@ type logOut struct {
 }
 
 func (s *Server) listLogs(w http.ResponseWriter, r *http.Request) {
-	infos := s.store.Logs()
+	infos, next, err := pageLogs(s.store.Logs(), r)
+	if err != nil {
+		s.badParam(w, err)
+		return
+	}
 	out := make([]logOut, len(infos))
 	for i, li := range infos {
 		out[i] = logOut{Name: li.Name, Size: li.Size, RootHash: li.Root}
+	}
+	if next != "" {
+		w.Header().Set("Link", "<"+next+`>; rel="next"`)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -110,6 +117,9 @@ func (s *Server) postEntries(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		s.writeErr(w, r, err)
+		return
+	}
+	if l == nil && s.tooManyLogs(w) {
 		return
 	}
 	if l != nil && l.SourcePosition() != nil {

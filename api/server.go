@@ -38,6 +38,9 @@ type Options struct {
 	ReadToken string
 	// CreateLogs lets a POST to an unknown log create it.
 	CreateLogs bool
+	// MaxLogs, if positive, bounds the logs a POST may create: past it a
+	// POST to a new name gets 403 too_many_logs.
+	MaxLogs int
 	// MaxConcurrentWrites bounds the POSTs decoded at once, and so the
 	// memory bodies take (default 16); others wait their turn.
 	MaxConcurrentWrites int

@@ -49,6 +49,9 @@ type Config struct {
 	Logs []string `yaml:"logs"`
 	// CreateLogs lets a POST to an unknown log create it. Default true.
 	CreateLogs *bool `yaml:"create_logs"`
+	// MaxLogs bounds the logs POSTs may create (403 past it); 0 means no
+	// bound. Default 10000.
+	MaxLogs int `yaml:"max_logs"`
 	// MaxBodyBytes bounds a POST body; larger ones get 413. Default 32 MiB.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 	// MaxEvents bounds the events of one POST. Default 100000.
@@ -132,7 +135,7 @@ func defaultConfig() Config {
 		DataDir: "./auditd-data", Listen: "127.0.0.1:8080", Origin: "auditd.local",
 		CheckpointInterval: 100 * time.Millisecond, MaxBatch: 16384, CacheBytes: 128 << 20,
 		CreateLogs: &t, MaxBodyBytes: 32 << 20, MaxEvents: 100_000, MaxPayloadBytes: 1 << 20,
-		MaxConcurrentWrites: 16, WaitTimeout: 30 * time.Second, BodyTimeout: 30 * time.Second, ShutdownTimeout: 10 * time.Second,
+		MaxConcurrentWrites: 16, WaitTimeout: 30 * time.Second, BodyTimeout: 30 * time.Second, MaxLogs: 10_000, ShutdownTimeout: 10 * time.Second,
 		LogLevel: "info", LogFormat: "text",
 	}
 }
@@ -201,6 +204,7 @@ func bindFlags(fs *flag.FlagSet, c *Config) {
 	fs.DurationVar(&c.BatchDelay, "batch-delay", c.BatchDelay, "time a group commit waits for more requests")
 	fs.Int64Var(&c.CacheBytes, "cache-bytes", c.CacheBytes, "Pebble block cache size in bytes")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest POST body in bytes")
+	fs.IntVar(&c.MaxLogs, "max-logs", c.MaxLogs, "logs POSTs may create, at most (0: no bound)")
 	fs.Int64Var(&c.MaxInflightBytes, "max-inflight-bytes", c.MaxInflightBytes, "bytes of POST bodies in flight at once, across requests (default 4 x max-body-bytes)")
 	fs.DurationVar(&c.BodyTimeout, "body-timeout", c.BodyTimeout, "time a POST body may take to arrive (slower: 408)")
 	fs.StringVar(&c.WriteToken, "write-token", c.WriteToken, "bearer token required for writes (visible in ps: prefer --write-token-file or AUDITD_WRITE_TOKEN)")

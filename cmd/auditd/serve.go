@@ -162,7 +162,7 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxEvents: cfg.MaxEvents, MaxPayloadBytes: cfg.MaxPayloadBytes,
 		WriteToken: cfg.WriteToken, ReadToken: cfg.ReadToken, CreateLogs: cfg.CreateLogs == nil || *cfg.CreateLogs,
 		MaxConcurrentWrites: cfg.MaxConcurrentWrites, WaitTimeout: cfg.WaitTimeout, Logger: logger,
-		BodyTimeout: cfg.BodyTimeout, MaxInflightBytes: cfg.MaxInflightBytes,
+		BodyTimeout: cfg.BodyTimeout, MaxInflightBytes: cfg.MaxInflightBytes, MaxLogs: cfg.MaxLogs,
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 	}
 	opts.Alerts = alerts

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/auditd/auditd/alert"
 	"github.com/auditd/auditd/api"
+	"github.com/auditd/auditd/client"
 )
 
 // Item 8: a read token alone must not leave writes open. A POST of entries
@@ -288,5 +290,18 @@ func TestMaxLogsAndPagination(t *testing.T) {
 	}
 	for _, q := range []string{"limit=0", "limit=1001", "limit=x"} {
 		p.get("/v1/logs?"+q, http.StatusBadRequest)
+	}
+}
+
+// Item 7: the Go client follows the pages of GET /v1/logs.
+func TestClientLogsFollowsPages(t *testing.T) {
+	names := make([]string, 2001)
+	for i := range names {
+		names[i] = fmt.Sprintf("l%04d", i)
+	}
+	p := newTestEnv(t, envConfig{logs: names})
+	got, err := client.New(p.http.URL, p.verifier).Logs(context.Background())
+	if err != nil || len(got) != 2001 || got[2000] != "l2000" {
+		t.Fatalf("client.Logs: %d names, %v", len(got), err)
 	}
 }

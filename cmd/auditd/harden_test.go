@@ -348,3 +348,15 @@ func TestHelperHoldLock(t *testing.T) {
 	fmt.Println("locked")
 	time.Sleep(time.Minute)
 }
+
+// Item 3: auditd verify --config on a spec whose merge key reaches itself
+// is a configuration error (exit 2), not a stack overflow.
+func TestVerifyAliasCycle(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "cycle.yaml")
+	os.WriteFile(p, []byte("derivations:\n  - &b\n    <<: *b\n    name: b\n"), 0o600)
+	var out, errb bytes.Buffer
+	code := runVerify([]string{"--config", p, "--data-dir", t.TempDir()}, &out, &errb)
+	if code != 2 || !strings.Contains(errb.String()+out.String(), "alias cycle") {
+		t.Errorf("verify on a merge cycle: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+}

@@ -52,6 +52,10 @@ type Config struct {
 	// MaxLogs bounds the logs POSTs may create (403 past it); 0 means no
 	// bound. Default 10000.
 	MaxLogs int `yaml:"max_logs"`
+	// MaxMetricLogs bounds the logs /metrics has series of: past the
+	// first MaxMetricLogs by name, per-log counters and gauges are summed
+	// into log="_other". 0 means no bound. Default 1000.
+	MaxMetricLogs int `yaml:"max_metric_logs"`
 	// MaxBodyBytes bounds a POST body; larger ones get 413. Default 32 MiB.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 	// MaxEvents bounds the events of one POST. Default 100000.
@@ -135,7 +139,7 @@ func defaultConfig() Config {
 		DataDir: "./auditd-data", Listen: "127.0.0.1:8080", Origin: "auditd.local",
 		CheckpointInterval: 100 * time.Millisecond, MaxBatch: 16384, CacheBytes: 128 << 20,
 		CreateLogs: &t, MaxBodyBytes: 32 << 20, MaxEvents: 100_000, MaxPayloadBytes: 1 << 20,
-		MaxConcurrentWrites: 16, WaitTimeout: 30 * time.Second, BodyTimeout: 30 * time.Second, MaxLogs: 10_000, ShutdownTimeout: 10 * time.Second,
+		MaxConcurrentWrites: 16, WaitTimeout: 30 * time.Second, BodyTimeout: 30 * time.Second, MaxLogs: 10_000, MaxMetricLogs: 1000, ShutdownTimeout: 10 * time.Second,
 		LogLevel: "info", LogFormat: "text",
 	}
 }

@@ -360,3 +360,33 @@ func TestVerifyAliasCycle(t *testing.T) {
 		t.Errorf("verify on a merge cycle: exit %d\n%s%s", code, out.String(), errb.String())
 	}
 }
+
+// Item 7: /metrics keeps per-log series for at most max_metric_logs logs;
+// the others' counters and gauges are summed into log="_other".
+func TestMetricsBoundLogLabels(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.MaxMetricLogs = 3
+	srv, err := tryServe(t, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 {
+		post(t, fmt.Sprintf("%s/v1/logs/m%d/entries", srv, i), fmt.Sprintf(`{"id":"a","payload":1}`+"\n"+`{"id":"b%d","payload":2}`, i))
+	}
+	resp, err := http.Get(srv + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	body := string(b)
+	for _, want := range []string{`auditd_ledger_appended_entries_total{log="m0"} 2`, `auditd_ledger_appended_entries_total{log="m2"} 2`,
+		`auditd_ledger_appended_entries_total{log="_other"} 6`, `auditd_ledger_log_size_entries{log="_other"} 6`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if strings.Contains(body, `log="m3"`) || strings.Contains(body, `log="m5"`) {
+		t.Error("/metrics has series of logs past the bound")
+	}
+}

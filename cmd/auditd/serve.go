@@ -163,7 +163,7 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 		WriteToken: cfg.WriteToken, ReadToken: cfg.ReadToken, CreateLogs: cfg.CreateLogs == nil || *cfg.CreateLogs,
 		MaxConcurrentWrites: cfg.MaxConcurrentWrites, WaitTimeout: cfg.WaitTimeout, Logger: logger,
 		BodyTimeout: cfg.BodyTimeout, MaxInflightBytes: cfg.MaxInflightBytes, MaxLogs: cfg.MaxLogs,
-		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+		Metrics: promhttp.HandlerFor(boundLogLabels(reg, cfg.MaxMetricLogs), promhttp.HandlerOpts{Registry: reg}),
 	}
 	opts.Alerts = alerts
 	dctx, dcancel := context.WithCancel(context.Background())

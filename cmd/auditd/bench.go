@@ -62,7 +62,7 @@ type benchFlags struct {
 func runBench(args []string) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		fmt.Fprint(os.Stderr, benchUsage)
-		return errors.New("bench: name a mode")
+		return usageError{errors.New("bench: name a mode")}
 	}
 	if args[0] == "kafka" {
 		return benchKafka(args[1:])
@@ -93,10 +93,10 @@ func runBench(args []string) error {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
-		return err
+		return usageError{err}
 	}
 	if f.events < 1 || f.batch < 1 || f.producers < 1 || f.payload < 16 || f.logs < 1 {
-		return errors.New("bench: -events, -batch, -producers, -logs must be positive and -payload at least 16")
+		return usageError{errors.New("bench: -events, -batch, -producers, -logs must be positive and -payload at least 16")}
 	}
 	ctx := context.Background()
 	var res map[string]any
@@ -109,7 +109,7 @@ func runBench(args []string) error {
 	case "proofs":
 		res, err = withServer(ctx, &f, func() (map[string]any, error) { return benchProofs(ctx, f) })
 	default:
-		return fmt.Errorf("bench: unknown mode %q (append, http, proofs, kafka)", f.mode)
+		return usageError{fmt.Errorf("bench: unknown mode %q (append, http, proofs, kafka)", f.mode)}
 	}
 	if err != nil {
 		return err

@@ -83,7 +83,9 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 	if created {
 		logger.Info("generated checkpoint signing key", "file", cfg.KeyFile, "verifier_key", key.vkey)
 	}
+	integrity := newIntegrityAlerts(logger)
 	store, err := ledger.Open(cfg.DataDir, key.signer, key.verifier,
+		ledger.WithIntegrityHandler(integrity.handle),
 		ledger.WithCheckpointInterval(cfg.CheckpointInterval),
 		ledger.WithMaxBatch(cfg.MaxBatch),
 		ledger.WithBatchDelay(cfg.BatchDelay),
@@ -114,6 +116,7 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 		return err
 	}
 	defer alerts.Close()
+	defer integrity.start(alerts)() // stops before alerts close
 	for _, c := range alerts.Collectors() {
 		auditdReg.MustRegister(c)
 	}

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/auditd/auditd/alert"
+	"github.com/auditd/auditd/ledger"
+)
+
+// integrityAlerts raises an alert of kind integrity for the integrity
+// failures the ledger reports (ledger.WithIntegrityHandler). The ledger
+// calls the handler from the goroutine that found the failure, which must
+// not block, and may call it before the alert manager exists (the checks
+// of ledger.Open), so handle only keeps the latest failure per alert and
+// wakes a goroutine that fires them once start has been given the manager.
+// One alert per log and kind, "integrity/<log>/<kind>": repeats update it
+// instead of flooding. Safe for concurrent use.
+type integrityAlerts struct {
+	logger  *slog.Logger
+	wake    chan struct{}
+	mu      sync.Mutex
+	pending map[string]ledger.IntegrityError // by alert id; bounded by logs × kinds
+}
+
+func newIntegrityAlerts(logger *slog.Logger) *integrityAlerts {
+	return &integrityAlerts{logger: logger, wake: make(chan struct{}, 1), pending: map[string]ledger.IntegrityError{}}
+}
+
+// handle is the ledger's integrity handler.
+func (a *integrityAlerts) handle(e *ledger.IntegrityError) {
+	a.mu.Lock()
+	a.pending["integrity/"+e.Log+"/"+e.Kind] = *e
+	a.mu.Unlock()
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+// start fires what is pending, then every later failure, through m. The
+// returned stop fires what is left and returns once the goroutine ended;
+// call it before closing m.
+func (a *integrityAlerts) start(m *alert.Manager) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			a.flush(m)
+			select {
+			case <-a.wake:
+			case <-quit:
+				a.flush(m)
+				return
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() { close(quit) })
+		<-done
+	}
+}
+
+func (a *integrityAlerts) flush(m *alert.Manager) {
+	a.mu.Lock()
+	batch := a.pending
+	a.pending = map[string]ledger.IntegrityError{}
+	a.mu.Unlock()
+	for id, e := range batch {
+		d, _ := json.Marshal(map[string]any{"log": e.Log, "kind": e.Kind, "index": e.Index, "detail": e.Detail})
+		_, err := m.Fire(alert.Alert{ID: id, Kind: alert.KindIntegrity, Subject: e.Log,
+			Labels:  map[string]string{"log": e.Log, "violation": e.Kind},
+			Summary: fmt.Sprintf("log %s: %s", e.Log, e.Error()), Details: d})
+		if err != nil {
+			a.logger.Error("integrity alert not raised", "log", e.Log, "kind", e.Kind, "err", err)
+		}
+	}
+}

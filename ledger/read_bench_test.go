@@ -111,3 +111,21 @@ func BenchmarkLeafInclusion100k(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkVerifiedLeafInclusion100k is BenchmarkLeafInclusion100k with the
+// proof verified against the signed checkpoint, as the API serves it.
+func BenchmarkVerifiedLeafInclusion100k(b *testing.B) {
+	l := benchReadLog(b, benchReadEntries)
+	cp, err := l.WaitCheckpoint(context.Background(), benchReadEntries)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	i := uint64(0)
+	for n := 0; n < b.N; n++ {
+		i = (i*6364136223846793005 + 1442695040888963407) % benchReadEntries
+		if _, _, err := l.VerifiedLeafInclusion(i, cp.Size); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

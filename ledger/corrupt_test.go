@@ -224,51 +224,54 @@ func TestIntegrityEntryMissingInIndexedChunk(t *testing.T) {
 	n := indexChunk + 300
 	base := newFaultBase(t, n, 4096)
 	const lost = 1000
-	s, l, rec := base.mustFault(t, deleteKey(entryKey(base.id, lost)))
-	if l.chunks.Load() != 1 {
-		t.Fatalf("%d index chunks ingested, want 1", l.chunks.Load())
-	}
-	if len(rec.all()) != 0 {
-		t.Fatalf("open reported %v; the cheap open check does not look at entry %d", rec.all(), lost)
-	}
-	_, err := l.Entry(lost)
-	wantIntegrity(t, "Entry", err, IntegrityEntryMissing, lost)
-	_, err = l.EntryByID(corruptEntryID(lost))
-	wantIntegrity(t, "EntryByID", err, IntegrityEntryMissing, lost)
-	_, err = l.Append(testCtx(t, 30e9), []Entry{corruptEntry(lost)})
-	wantIntegrity(t, "a retry of the event", err, IntegrityEntryMissing, lost)
-	err = l.Entries(context.Background(), lost-10, lost+10, func(*Record) error { return nil })
-	wantIntegrity(t, "Entries", err, IntegrityEntryMissing, lost)
-	err = l.ScanEntries(context.Background(), lost-10, lost+10, func(*Record) error { return nil })
-	wantIntegrity(t, "ScanEntries", err, IntegrityEntryMissing, lost)
-	// A scan that ends at the hole still sees it.
-	err = l.Entries(context.Background(), lost-10, lost+1, func(*Record) error { return nil })
-	wantIntegrity(t, "Entries ending at the hole", err, IntegrityEntryMissing, lost)
-	if got := violations(s, IntegrityEntryMissing); got != 6 {
-		t.Errorf("violations{kind=entry_missing} = %v, want 6", got)
-	}
-	if got := len(rec.all()); got != 6 {
-		t.Errorf("the handler was told %d times, want 6: %v", got, rec.all())
-	}
-	if l.Size() != uint64(n) {
-		t.Errorf("the retry changed the size to %d", l.Size())
-	}
-	// The rest reads fine, and a retry of another old event is a duplicate.
-	for _, i := range []uint64{0, lost - 1, lost + 1, indexChunk - 1, indexChunk, uint64(n - 1)} {
-		if r, err := l.Entry(i); err != nil || r.Leaf.ID != corruptEntryID(int(i)) {
-			t.Errorf("Entry(%d): %v, %v", i, r, err)
+	t.Run("entry deleted", func(t *testing.T) {
+		s, l, rec := base.mustFault(t, deleteKey(entryKey(base.id, lost)))
+		if l.chunks.Load() != 1 {
+			t.Fatalf("%d index chunks ingested, want 1", l.chunks.Load())
 		}
-		if _, err := l.EntryByID(corruptEntryID(int(i))); err != nil {
-			t.Errorf("EntryByID(%d): %v", i, err)
+		if len(rec.all()) != 0 {
+			t.Fatalf("open reported %v; the cheap open check does not look at entry %d", rec.all(), lost)
 		}
-	}
-	res, err := l.Append(testCtx(t, 30e9), []Entry{corruptEntry(lost + 1)})
-	if err != nil || !res.Entries[0].Duplicate || res.Entries[0].Index != lost+1 {
-		t.Errorf("retry of entry %d: %+v, %v", lost+1, res, err)
-	}
-	if err := l.Entries(context.Background(), lost+1, uint64(n), func(*Record) error { return nil }); err != nil {
-		t.Errorf("Entries after the hole: %v", err)
-	}
+		_, err := l.Entry(lost)
+		wantIntegrity(t, "Entry", err, IntegrityEntryMissing, lost)
+		_, err = l.EntryByID(corruptEntryID(lost))
+		wantIntegrity(t, "EntryByID", err, IntegrityEntryMissing, lost)
+		_, err = l.Append(testCtx(t, 30e9), []Entry{corruptEntry(lost)})
+		wantIntegrity(t, "a retry of the event", err, IntegrityEntryMissing, lost)
+		err = l.Entries(context.Background(), lost-10, lost+10, func(*Record) error { return nil })
+		wantIntegrity(t, "Entries", err, IntegrityEntryMissing, lost)
+		err = l.ScanEntries(context.Background(), lost-10, lost+10, func(*Record) error { return nil })
+		wantIntegrity(t, "ScanEntries", err, IntegrityEntryMissing, lost)
+		// A scan that ends at the hole still sees it.
+		err = l.Entries(context.Background(), lost-10, lost+1, func(*Record) error { return nil })
+		wantIntegrity(t, "Entries ending at the hole", err, IntegrityEntryMissing, lost)
+		if got := violations(s, IntegrityEntryMissing); got != 6 {
+			t.Errorf("violations{kind=entry_missing} = %v, want 6", got)
+		}
+		if got := len(rec.all()); got != 6 {
+			t.Errorf("the handler was told %d times, want 6: %v", got, rec.all())
+		}
+		if l.Size() != uint64(n) {
+			t.Errorf("the retry changed the size to %d", l.Size())
+		}
+		// The rest reads fine, and a retry of another old event is a
+		// duplicate.
+		for _, i := range []uint64{0, lost - 1, lost + 1, indexChunk - 1, indexChunk, uint64(n - 1)} {
+			if r, err := l.Entry(i); err != nil || r.Leaf.ID != corruptEntryID(int(i)) {
+				t.Errorf("Entry(%d): %v, %v", i, r, err)
+			}
+			if _, err := l.EntryByID(corruptEntryID(int(i))); err != nil {
+				t.Errorf("EntryByID(%d): %v", i, err)
+			}
+		}
+		res, err := l.Append(testCtx(t, 30e9), []Entry{corruptEntry(lost + 1)})
+		if err != nil || !res.Entries[0].Duplicate || res.Entries[0].Index != lost+1 {
+			t.Errorf("retry of entry %d: %+v, %v", lost+1, res, err)
+		}
+		if err := l.Entries(context.Background(), lost+1, uint64(n), func(*Record) error { return nil }); err != nil {
+			t.Errorf("Entries after the hole: %v", err)
+		}
+	})
 
 	t.Run("id flipped", func(t *testing.T) {
 		// An altered id must not turn a retry into a new entry: the
@@ -283,40 +286,51 @@ func TestIntegrityEntryMissingInIndexedChunk(t *testing.T) {
 			t.Errorf("size %d after the retry, want %d", l.Size(), n)
 		}
 	})
+
+	t.Run("last entry of a chunk deleted", func(t *testing.T) {
+		// The cheap open check: reported at open, the log still opens.
+		const i = indexChunk - 1
+		s, l, rec := base.mustFault(t, deleteKey(entryKey(base.id, i)))
+		if !rec.has(IntegrityEntryMissing, i) || violations(s, IntegrityEntryMissing) != 1 {
+			t.Fatalf("open reported %v, want entry_missing at %d", rec.all(), i)
+		}
+		_, err := l.EntryByID(corruptEntryID(i))
+		wantIntegrity(t, "EntryByID", err, IntegrityEntryMissing, i)
+		if _, err := l.Entry(i - 1); err != nil {
+			t.Errorf("Entry(%d): %v", i-1, err)
+		}
+	})
 }
 
-// TestIntegrityOpenChecks covers what open looks at: the last entry of every
-// ingested chunk, and every entry above the last chunk, from which the
-// memory index is rebuilt. A damaged entry is reported, and the log opens
-// and answers the integrity error for that entry only.
-func TestIntegrityOpenChecks(t *testing.T) {
-	n := indexChunk + 300
-	base := newFaultBase(t, n, 4096)
-	const tail = indexChunk + 10
+// TestIntegrityOpenTail covers the entries above the last ingested chunk,
+// from which open rebuilds the memory index: a damaged one is reported at
+// open, and the log opens and answers the integrity error for that entry
+// only.
+func TestIntegrityOpenTail(t *testing.T) {
+	const n, tail = 1100, 700
+	base := newFaultBase(t, n, 300)
 	for _, c := range []struct {
-		name  string
-		edit  func(*pebble.DB) error
-		kind  string
-		index uint64
+		name string
+		edit func(*pebble.DB) error
+		kind string
 		// retry: a retry of the event is refused with the error (the id is
 		// still indexed), or else appended again (no id to index).
 		retry bool
 	}{
-		{"last entry of a chunk", deleteKey(entryKey(base.id, indexChunk-1)), IntegrityEntryMissing, indexChunk - 1, true},
-		{"tail entry missing", deleteKey(entryKey(base.id, tail)), IntegrityEntryMissing, tail, false},
-		{"tail payload flipped", flipByte(entryKey(base.id, tail), -2), IntegrityLeafMismatch, tail, true},
-		{"tail id flipped", flipByte(entryKey(base.id, tail), 2), IntegrityLeafMismatch, tail, false},
-		{"tail entry undecodable", setKey(entryKey(base.id, tail), []byte{0xff}), IntegrityEntryCorrupt, tail, false},
-		{"tail tile hash flipped", flipByte(tileKey(base.id, 0, tail/tileWidth), int(tail%tileWidth)*merkle.HashSize), IntegrityLeafMismatch, tail, true},
+		{"entry missing", deleteKey(entryKey(base.id, tail)), IntegrityEntryMissing, false},
+		{"payload flipped", flipByte(entryKey(base.id, tail), -2), IntegrityLeafMismatch, true},
+		{"id flipped", flipByte(entryKey(base.id, tail), 2), IntegrityLeafMismatch, false},
+		{"entry undecodable", setKey(entryKey(base.id, tail), []byte{0xff}), IntegrityEntryCorrupt, false},
+		{"tile hash flipped", flipByte(tileKey(base.id, 0, tail/tileWidth), tail%tileWidth*merkle.HashSize), IntegrityLeafMismatch, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s, l, rec := base.mustFault(t, c.edit)
-			if !rec.has(c.kind, int64(c.index)) || violations(s, c.kind) != 1 {
-				t.Fatalf("open reported %v (violations %v), want one %s at %d", rec.all(), violations(s, c.kind), c.kind, c.index)
+			if !rec.has(c.kind, tail) || violations(s, c.kind) != 1 {
+				t.Fatalf("open reported %v (violations %v), want one %s at %d", rec.all(), violations(s, c.kind), c.kind, tail)
 			}
-			_, err := l.Entry(c.index)
-			wantIntegrity(t, "Entry", err, c.kind, int64(c.index))
-			for _, i := range []uint64{0, c.index - 1, c.index + 1, uint64(n - 1)} {
+			_, err := l.Entry(tail)
+			wantIntegrity(t, "Entry", err, c.kind, tail)
+			for _, i := range []uint64{0, tail - 1, tail + 1, n - 1} {
 				if _, err := l.Entry(i); err != nil {
 					t.Errorf("Entry(%d): %v", i, err)
 				}
@@ -325,13 +339,13 @@ func TestIntegrityOpenChecks(t *testing.T) {
 				}
 			}
 			// The leaf-hash index holds the tree's hash of the entry.
-			if i, err := l.IndexByLeafHash(mustLeafHash(t, l, c.index)); err != nil || i != c.index {
+			if i, err := l.IndexByLeafHash(mustLeafHash(t, l, tail)); err != nil || i != tail {
 				t.Errorf("IndexByLeafHash: %d, %v", i, err)
 			}
-			res, err := l.Append(testCtx(t, 30e9), []Entry{corruptEntry(int(c.index))})
+			res, err := l.Append(testCtx(t, 30e9), []Entry{corruptEntry(tail)})
 			if c.retry {
-				wantIntegrity(t, "a retry of the event", err, c.kind, int64(c.index))
-			} else if err != nil || res.Entries[0].Index != uint64(n) {
+				wantIntegrity(t, "a retry of the event", err, c.kind, tail)
+			} else if err != nil || res.Entries[0].Index != n {
 				t.Errorf("a retry of the event: %+v, %v; want it appended again", res, err)
 			}
 		})

@@ -350,20 +350,19 @@ func (l *Log) tailEntries(from, to uint64) (ids, hashes []indexEntry, err error)
 			if tileOK {
 				hashes = append(hashes, indexEntry{leafHashKey(base[i%tileWidth]), i})
 			}
-			var v []byte
+			var rec *Record
 			if ok {
-				k := it.Key()
-				if binary.BigEndian.Uint64(k[len(k)-8:]) == i {
-					v = it.Value()
+				if k := it.Key(); binary.BigEndian.Uint64(k[len(k)-8:]) == i {
+					// Decoded before Next, which reuses the value's buffer.
+					rec, err = l.decodeEntry(i, it.Value(), true)
 					ok = it.Next()
+					if err != nil {
+						continue
+					}
 				}
 			}
-			if v == nil {
+			if rec == nil {
 				_ = l.missingEntry(i)
-				continue
-			}
-			rec, err := l.decodeEntry(i, v, true)
-			if err != nil {
 				continue
 			}
 			if tileOK {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"testing"
+
+	"github.com/auditd/auditd/merkle"
 )
 
 // benchReadLog returns a log of n entries with 256-byte payloads and
@@ -133,6 +135,37 @@ func BenchmarkVerifiedLeafInclusion100k(b *testing.B) {
 	for n := 0; n < b.N; n++ {
 		i = (i*6364136223846793005 + 1442695040888963407) % benchReadEntries
 		if _, _, err := l.VerifiedLeafInclusion(i, cp.Size); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkTreeLeaf measures the extra read of a checked point read: the
+// tree's hash of a random leaf from its level-0 tile.
+func BenchmarkTreeLeaf(b *testing.B) {
+	l := benchReadLog(b, benchReadEntries)
+	b.ResetTimer()
+	i := uint64(0)
+	for n := 0; n < b.N; n++ {
+		i = (i*6364136223846793005 + 1442695040888963407) % benchReadEntries
+		if _, err := l.treeLeaf(i); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkVerifyInclusion measures the check the API adds to a proof it
+// serves: merkle.VerifyInclusion of a 17-hash audit path.
+func BenchmarkVerifyInclusion(b *testing.B) {
+	l := benchReadLog(b, benchReadEntries)
+	cp := l.Checkpoint()
+	leaf, p, err := l.LeafInclusion(12345, cp.Size)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for n := 0; n < b.N; n++ {
+		if err := merkle.VerifyInclusion(12345, cp.Size, leaf, p, cp.Root); err != nil {
 			b.Fatal(err)
 		}
 	}

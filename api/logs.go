@@ -170,12 +170,20 @@ func (s *Server) postEntries(w http.ResponseWriter, r *http.Request) {
 		}
 		out.Checkpoint = string(cp.Note)
 		for i := range out.Entries {
-			p, err := l.InclusionProof(out.Entries[i].Index, cp.Size)
+			e := &out.Entries[i]
+			// Verified against the root the log vouches for (the checkpoint
+			// just served): a stored hash on the path that was altered is
+			// an integrity error, never a wrong proof.
+			leaf, p, err := l.VerifiedLeafInclusion(e.Index, cp.Size)
 			if err != nil {
 				s.writeErr(w, r, err)
 				return
 			}
-			out.Entries[i].InclusionProof = p
+			if leaf != e.LeafHash {
+				s.writeErr(w, r, fmt.Errorf("ledger: %s: leaf %d of the tree is %s, the append gave %s", l.Name(), e.Index, leaf, e.LeafHash))
+				return
+			}
+			e.InclusionProof = p
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -420,7 +428,10 @@ func (s *Server) getInclusion(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "out_of_range", fmt.Sprintf("index %d is not below tree size %d", index, out.Size), nil)
 		return
 	}
-	leaf, hashes, err := l.LeafInclusion(index, out.Size)
+	// The proof is verified against the signed checkpoint (or the root the
+	// log vouches for at size) before it is served: an altered hash on its
+	// path answers integrity, never a wrong proof.
+	leaf, hashes, err := l.VerifiedLeafInclusion(index, out.Size)
 	if err != nil {
 		s.writeErr(w, r, err)
 		return

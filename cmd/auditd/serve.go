@@ -98,16 +98,15 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 		logger.Info("generated checkpoint signing key", "file", cfg.KeyFile, "verifier_key", key.vkey)
 	}
 	integrity := newIntegrityAlerts(logger)
-	defer integrity.stop()
 	store, err := ledger.Open(cfg.DataDir, key.signer, key.verifier,
+		ledger.WithIntegrityHandler(integrity.handle),
 		ledger.WithCheckpointInterval(cfg.CheckpointInterval),
 		ledger.WithMaxBatch(cfg.MaxBatch),
 		ledger.WithBatchDelay(cfg.BatchDelay),
 		ledger.WithCacheSize(cfg.CacheBytes),
 		ledger.WithLogger(logger),
 		ledger.WithCheckpointDir(cfg.CheckpointDir),
-		ledger.WithReadOnlyOnRollback(cfg.RollbackReadOnly),
-		ledger.WithIntegrityHandler(integrity.handle))
+		ledger.WithReadOnlyOnRollback(cfg.RollbackReadOnly))
 	if err != nil {
 		return explainLock(cfg.DataDir, err)
 	}
@@ -137,7 +136,7 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 		return err
 	}
 	defer alerts.Close()
-	integrity.attach(alerts) // raises what the store found while opening, too
+	defer integrity.start(alerts)() // raises what the store found while opening too; stops before alerts close
 	for _, c := range alerts.Collectors() {
 		auditdReg.MustRegister(c)
 	}

@@ -91,6 +91,33 @@ type Config struct {
 	// ExternalURL is this auditd's base URL as alert receivers reach it
 	// (alerts link to ExternalURL/v1/alerts/...). Default http://LISTEN.
 	ExternalURL string `yaml:"external_url"`
+	// Checks schedules the self-audit the daemon runs over its own ledger
+	// (docs/checkers.md): the ledger scrub and the checkpoint audit.
+	Checks ChecksConfig `yaml:"checks"`
+}
+
+// ChecksConfig schedules the self-audit checkers. Each finding is kept
+// (GET /v1/checks), exported (auditd_checks_findings) and raised as an
+// integrity alert.
+type ChecksConfig struct {
+	// ScrubInterval is how often a full ledger scrub starts: it re-reads
+	// every entry, recomputes its leaf hash and rebuilds the tree against
+	// the stored tiles and signed checkpoints. 0 disables it. Default 24h;
+	// --scrub-interval overrides.
+	ScrubInterval time.Duration `yaml:"scrub_interval"`
+	// ScrubRate bounds the entries a pass checks per second, so that a
+	// scrub never starves ingestion; 0 is unthrottled. Default 50000
+	// (docs/checkers.md has the measurement); --scrub-rate overrides.
+	ScrubRate float64 `yaml:"scrub_rate"`
+	// CheckpointAuditInterval is how often the checkpoint audit starts: it
+	// verifies every stored signed checkpoint and their consistency with
+	// the latest. 0 disables it. Default 1h. It is throttled by ScrubRate
+	// too, where it counts entries.
+	CheckpointAuditInterval time.Duration `yaml:"checkpoint_audit_interval"`
+	// Jitter delays each scheduled pass by a random duration below it
+	// (and below a tenth of the checker's interval), so that instances
+	// restarted together do not audit together. Default 15m.
+	Jitter time.Duration `yaml:"jitter"`
 }
 
 // WebhookConfig is an alert webhook receiver.
@@ -116,6 +143,7 @@ func defaultConfig() Config {
 		CreateLogs: &t, MaxBodyBytes: 32 << 20, MaxEvents: 100_000, MaxPayloadBytes: 1 << 20,
 		MaxConcurrentWrites: 16, WaitTimeout: 30 * time.Second, ShutdownTimeout: 10 * time.Second,
 		LogLevel: "info", LogFormat: "text",
+		Checks: ChecksConfig{ScrubInterval: 24 * time.Hour, ScrubRate: 50_000, CheckpointAuditInterval: time.Hour, Jitter: 15 * time.Minute},
 	}
 }
 
@@ -160,6 +188,9 @@ func (c *Config) validate() error {
 	case c.MaxBodyBytes < 1:
 		return errors.New("config: max_body_bytes must be positive")
 	}
+	if ch := c.Checks; ch.ScrubInterval < 0 || ch.ScrubRate < 0 || ch.CheckpointAuditInterval < 0 || ch.Jitter < 0 {
+		return errors.New("config: checks: intervals, rate and jitter must not be negative")
+	}
 	if c.Kafka != nil {
 		if err := c.Kafka.Validate(); err != nil {
 			return fmt.Errorf("config: %w", err)
@@ -192,6 +223,8 @@ func bindFlags(fs *flag.FlagSet, c *Config) {
 		return nil
 	})
 	fs.IntVar(&c.DerivationWorkers, "derivation-workers", c.DerivationWorkers, "fold parallelism (default: the number of CPUs)")
+	fs.DurationVar(&c.Checks.ScrubInterval, "scrub-interval", c.Checks.ScrubInterval, "how often a full ledger scrub starts (0 disables it)")
+	fs.Float64Var(&c.Checks.ScrubRate, "scrub-rate", c.Checks.ScrubRate, "entries per second a scrub may check (0: unthrottled)")
 }
 
 // kafkaFlags are the --kafka-* flags; apply copies those given onto the

@@ -20,6 +20,9 @@ type Finding struct {
 	// Tile names a stored tile ("level/n", C2SP tile coordinates) when the
 	// finding is about one.
 	Tile string `json:"tile,omitempty"`
+	// Checkpoint is the size of the stored signed checkpoint concerned,
+	// when the finding is about one.
+	Checkpoint *uint64 `json:"checkpoint,omitempty"`
 	// Kind is one of the ledger.Integrity* kinds.
 	Kind   string `json:"kind"`
 	Detail string `json:"detail"`
@@ -31,11 +34,13 @@ func (f Finding) String() string {
 		return fmt.Sprintf("%s entry %d: %s: %s", f.Log, *f.Index, f.Kind, f.Detail)
 	case f.Tile != "":
 		return fmt.Sprintf("%s tile %s: %s: %s", f.Log, f.Tile, f.Kind, f.Detail)
+	case f.Checkpoint != nil:
+		return fmt.Sprintf("%s checkpoint %d: %s: %s", f.Log, *f.Checkpoint, f.Kind, f.Detail)
 	}
 	return fmt.Sprintf("%s: %s: %s", f.Log, f.Kind, f.Detail)
 }
 
-// At returns a pointer to index, for Finding.Index.
+// At returns a pointer to index, for Finding.Index and Finding.Checkpoint.
 func At(index uint64) *uint64 { return &index }
 
 // Progress is what a pass tells as it goes. The Runner implements it with

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path"
 	"sort"
+	"sync"
 
 	"github.com/auditd/auditd/client"
 	"github.com/auditd/auditd/ledger"
@@ -21,9 +22,9 @@ type Ledger interface {
 	// Pin returns the latest signed checkpoint of log, or ok false if the
 	// log has none yet.
 	Pin(ctx context.Context, log string) (p Pin, ok bool, err error)
-	// Reader reads log up to the pinned size. Reading [0, p.Size) in full
-	// checks the entries against the pin; an entry that does not check out
-	// is an error wrapping ErrVerification.
+	// Reader reads log up to the pinned size. A remote reader proves every
+	// range it reads against the pin before handing out its entries; an
+	// entry that does not check out is an error wrapping ErrVerification.
 	Reader(log string, p Pin) LogReader
 	// Prove returns the inclusion proof of entry index of log in the tree
 	// of the pin's size, checked against the pin's root.
@@ -109,12 +110,14 @@ func (r errReader) Entries(context.Context, uint64, uint64, func(*ledger.Record)
 
 // RemoteLedger reads a remote auditd over HTTP and trusts nothing it did
 // not check: checkpoints are verified with the verifier key, every entry's
-// leaf is recomputed from its fields, and the leaves read are hashed into a
-// tree whose root must match the pinned checkpoint (through a consistency
-// proof when the read stops short of it).
+// leaf is recomputed from its fields, and every page of entries read is
+// proven, with the inclusion proof of its first entry, to make a tree whose
+// root is the pinned checkpoint's (through a consistency proof when the
+// page ends short of it).
 type RemoteLedger struct {
 	Client *client.Client
-	// PageSize is the entries fetched per request (default 1000).
+	// PageSize is the entries fetched and proven as one unit (default
+	// 1024, the fold engine's read batch).
 	PageSize uint64
 }
 
@@ -171,79 +174,49 @@ type remoteLog struct {
 
 func (l *remoteLog) Name() string { return l.name }
 
-// Entries fetches [from, to) page by page, a few pages ahead, checking each
-// leaf; a read from 0 also checks the tree they form against the pin.
+// Entries fetches [from, to) page by page, a few pages ahead, and proves
+// each page against the pinned checkpoint (see page) before fn sees any of
+// its entries. Each call stands alone, so the fold engine's concurrent
+// reads of arbitrary ranges are all proven.
 func (l *remoteLog) Entries(ctx context.Context, from, to uint64, fn func(*ledger.Record) error) error {
-	if to > l.pin.Size {
-		return fmt.Errorf("rederive: %s: entries to %d beyond the pinned size %d", l.name, to, l.pin.Size)
+	if from > to || to > l.pin.Size {
+		return fmt.Errorf("rederive: %s: entries [%d, %d) beyond the pinned size %d", l.name, from, to, l.pin.Size)
 	}
-	page := l.r.PageSize
-	if page == 0 {
-		page = 1000
+	size := l.r.PageSize
+	if size == 0 {
+		size = 1024
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type result struct {
-		entries []client.Entry
-		err     error
+		recs []ledger.Record
+		err  error
 	}
-	// Up to 4 requests in flight, delivered in order.
+	// Up to 4 pages in flight, delivered in order.
 	pending := make(chan chan result, 4)
 	go func() {
 		defer close(pending)
-		for start := from; start < to; start += page {
+		for start := from; start < to; start += size {
 			ch := make(chan result, 1)
 			select {
 			case pending <- ch:
 			case <-ctx.Done():
 				return
 			}
-			end := min(start+page, to)
 			go func(start, end uint64) {
-				var all []client.Entry
-				for start < end {
-					es, err := l.r.Client.Entries(ctx, l.name, start, end)
-					if err == nil && len(es) == 0 {
-						err = fmt.Errorf("rederive: %s: server returned no entries at %d", l.name, start)
-					}
-					if err != nil {
-						ch <- result{err: err}
-						return
-					}
-					all = append(all, es...)
-					start += uint64(len(es))
-				}
-				ch <- result{entries: all}
-			}(start, end)
+				recs, _, err := l.page(ctx, start, end)
+				ch <- result{recs, err}
+			}(start, min(start+size, to))
 		}
 	}()
-	var rng = merkle.NewRange()
-	verifyTree := from == 0
 	next := from
 	for ch := range pending {
 		res := <-ch
 		if res.err != nil {
-			if errors.Is(res.err, client.ErrVerification) {
-				return fmt.Errorf("%w: %v", ErrVerification, res.err)
-			}
 			return res.err
 		}
-		for i := range res.entries {
-			e := &res.entries[i]
-			if e.Index != next {
-				return fmt.Errorf("%w: %s: entry %d where %d was expected", ErrVerification, l.name, e.Index, next)
-			}
-			leaf, payload, h, err := e.Decode(l.name)
-			if err != nil {
-				return fmt.Errorf("%w: %s: %v", ErrVerification, l.name, err)
-			}
-			if verifyTree {
-				if err := rng.Append(h[:], nil); err != nil {
-					return err
-				}
-			}
-			rec := &ledger.Record{Index: e.Index, Leaf: *leaf, LeafHash: h, Payload: payload, PayloadPruned: e.PayloadPruned}
-			if err := fn(rec); err != nil {
+		for i := range res.recs {
+			if err := fn(&res.recs[i]); err != nil {
 				return err
 			}
 			next++
@@ -255,33 +228,105 @@ func (l *remoteLog) Entries(ctx context.Context, from, to uint64, fn func(*ledge
 	if next != to {
 		return fmt.Errorf("rederive: %s: read %d entries, want %d", l.name, next-from, to-from)
 	}
-	if !verifyTree || to == 0 {
-		return nil
-	}
-	var root merkle.Hash
-	rb, err := rng.GetRootHash(nil)
-	if err != nil {
-		return err
-	}
-	copy(root[:], rb)
-	if to == l.pin.Size {
-		if root != l.pin.Root {
-			return fmt.Errorf("%w: %s: the %d entries served hash to root %s, the signed checkpoint says %s", ErrVerification, l.name, to, root, l.pin.Root)
-		}
-		return nil
-	}
-	proof, err := l.r.Client.ConsistencyProof(ctx, l.name, to, l.pin.Size)
-	if err != nil {
-		return err
-	}
-	if err := merkle.VerifyConsistency(to, l.pin.Size, proof, root, l.pin.Root); err != nil {
-		return fmt.Errorf("%w: %s: the first %d entries are not a prefix of the signed checkpoint of size %d: %v", ErrVerification, l.name, to, l.pin.Size, err)
-	}
 	return nil
 }
 
+// page fetches the entries [from, to) (from < to <= the pin's size),
+// recomputes each leaf from the entry's fields, and proves the leaves are
+// the log's [from, to) under the pinned checkpoint: with the left siblings
+// of the inclusion proof of leaf from in the tree of size to (the perfect
+// subtrees of [0, from)) they make the root of that tree, which must be
+// the pin's root or, below it, be proven a prefix of it by a consistency
+// proof. A server that lies in an entry, its index, or a proof hash only
+// gets a wrong root. It returns the entries and the root of size to.
+func (l *remoteLog) page(ctx context.Context, from, to uint64) ([]ledger.Record, merkle.Hash, error) {
+	cl, name, pin := l.r.Client, l.name, l.pin
+	var (
+		wg               sync.WaitGroup
+		path, cons       []merkle.Hash
+		pathErr, consErr error
+	)
+	// The proofs depend on the sizes alone: fetch them alongside.
+	if from > 0 {
+		wg.Go(func() { path, pathErr = cl.InclusionProof(ctx, name, from, to) })
+	}
+	if to < pin.Size {
+		wg.Go(func() { cons, consErr = cl.ConsistencyProof(ctx, name, to, pin.Size) })
+	}
+	var entries []client.Entry
+	var err error
+	for start := from; start < to && err == nil; {
+		var es []client.Entry
+		es, err = cl.Entries(ctx, name, start, to)
+		if err == nil && len(es) == 0 {
+			err = fmt.Errorf("rederive: %s: server returned no entries at %d", name, start)
+		}
+		entries = append(entries, es...)
+		start += uint64(len(es))
+	}
+	wg.Wait()
+	if err = errors.Join(verificationErr(err), verificationErr(pathErr), verificationErr(consErr)); err != nil {
+		return nil, merkle.Hash{}, err
+	}
+	if uint64(len(entries)) != to-from {
+		return nil, merkle.Hash{}, fmt.Errorf("%w: %s: %d entries served for [%d, %d)", ErrVerification, name, len(entries), from, to)
+	}
+	recs := make([]ledger.Record, len(entries))
+	hashes := make([]merkle.Hash, len(entries))
+	for i := range entries {
+		e := &entries[i]
+		if want := from + uint64(i); e.Index != want {
+			return nil, merkle.Hash{}, fmt.Errorf("%w: %s: entry %d where %d was expected", ErrVerification, name, e.Index, want)
+		}
+		leaf, payload, h, err := e.Decode(name)
+		if err != nil {
+			return nil, merkle.Hash{}, fmt.Errorf("%w: %s: %v", ErrVerification, name, err)
+		}
+		recs[i] = ledger.Record{Index: e.Index, Leaf: *leaf, LeafHash: h, Payload: payload, PayloadPruned: e.PayloadPruned}
+		hashes[i] = h
+	}
+	root, err := merkle.RootFromInclusion(from, path, hashes)
+	if err != nil {
+		return nil, merkle.Hash{}, fmt.Errorf("%w: %s: entries [%d, %d): %v", ErrVerification, name, from, to, err)
+	}
+	if to == pin.Size {
+		if root != pin.Root {
+			return nil, merkle.Hash{}, fmt.Errorf("%w: %s: entries [%d, %d) as served hash to root %s, the signed checkpoint of size %d says %s",
+				ErrVerification, name, from, to, root, pin.Size, pin.Root)
+		}
+		return recs, root, nil
+	}
+	if err := merkle.VerifyConsistency(to, pin.Size, cons, root, pin.Root); err != nil {
+		return nil, merkle.Hash{}, fmt.Errorf("%w: %s: entries [%d, %d) as served make a tree of size %d that is not a prefix of the signed checkpoint of size %d: %v",
+			ErrVerification, name, from, to, to, pin.Size, err)
+	}
+	return recs, root, nil
+}
+
+// verificationErr marks a client's verification failure as one of the
+// ledger (ErrVerification); other errors pass unchanged.
+func verificationErr(err error) error {
+	if errors.Is(err, client.ErrVerification) {
+		return fmt.Errorf("%w: %v", ErrVerification, err)
+	}
+	return err
+}
+
+// rootAt returns the root of log's tree of size (at most p.Size), proven
+// against p: the root computed from entry size-1 and the inclusion proof
+// of it, and a consistency proof from that root to p's.
+func (r *RemoteLedger) rootAt(ctx context.Context, log string, size uint64, p Pin) (merkle.Hash, error) {
+	if size == 0 {
+		return merkle.EmptyRoot(), nil
+	}
+	l := &remoteLog{r: r, name: log, pin: p}
+	_, root, err := l.page(ctx, size-1, size)
+	return root, err
+}
+
 // pinBelow returns a pin of log at size (below the latest pin p), its root
-// computed by the ledger and, remotely, proven consistent with p. The pin
+// computed by the ledger and, remotely, proven consistent with p (the
+// values of a run are computed at that root). The pin
 // names p's signed checkpoint, which the evidence of a run rests on.
 func pinBelow(ctx context.Context, lg Ledger, log string, size uint64, p Pin) (Pin, error) {
 	if size >= p.Size {
@@ -298,10 +343,13 @@ func pinBelow(ctx context.Context, lg Ledger, log string, size uint64, p Pin) (P
 			return Pin{}, err
 		}
 		return Pin{Log: log, Size: size, Root: root, Checkpoint: p.Checkpoint}, nil
+	case *RemoteLedger:
+		root, err := lg.rootAt(ctx, log, size, p)
+		if err != nil {
+			return Pin{}, fmt.Errorf("rederive: root of %s at size %d: %w", log, size, err)
+		}
+		return Pin{Log: log, Size: size, Root: root, Checkpoint: p.Checkpoint}, nil
 	default:
-		// Remotely the entries below size are checked while they are read:
-		// their tree must be a prefix of p's (a consistency proof). The pin
-		// names p's checkpoint, which is what the evidence rests on.
-		return Pin{Log: log, Size: size, Checkpoint: p.Checkpoint}, nil
+		return Pin{}, fmt.Errorf("rederive: root of %s at size %d: not known for a %T ledger", log, size, lg)
 	}
 }

@@ -33,6 +33,7 @@ Modes:
   proofs   inclusion proofs over HTTP against one log
   kafka    Kafka ingestion from an in-process broker (see "auditd bench kafka -h")
   derive   a derivation check end to end against PostgreSQL (see "auditd bench derive -h")
+  verify   that check through auditd verify --server's remote ledger (see "auditd bench verify -h")
 
 Without -server, http and proofs start an auditd on a loopback port with a
 temporary data directory. Every mode prints events (or proofs) per second
@@ -69,6 +70,9 @@ func runBench(args []string) error {
 	}
 	if args[0] == "derive" {
 		return benchDerive(args[1:])
+	}
+	if args[0] == "verify" {
+		return benchVerify(args[1:])
 	}
 	f := benchFlags{mode: args[0]}
 	fset := flag.NewFlagSet("bench "+f.mode, flag.ContinueOnError)

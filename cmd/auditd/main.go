@@ -16,6 +16,7 @@ Usage:
   auditd keygen  [flags]   create a checkpoint signing key
   auditd prove   [flags]   verify an event's inclusion against a running server
   auditd verify  [flags]   check derived views against the ledger once (for CI)
+  auditd fsck    [flags]   check a stopped daemon's ledger offline (scrub, checkpoint audit)
   auditd bench   [flags]   measure append, checkpoint and proof performance
   auditd version           print the version
 
@@ -40,6 +41,8 @@ func main() {
 		err = runKeygen(args)
 	case "verify":
 		os.Exit(runVerify(args, os.Stdout, os.Stderr))
+	case "fsck":
+		os.Exit(runFsck(args, os.Stdout, os.Stderr))
 	case "prove":
 		os.Exit(runProve(args, os.Stdout, os.Stderr))
 	case "bench":

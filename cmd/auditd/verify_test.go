@@ -660,20 +660,20 @@ func TestVerifyLedgerFailures(t *testing.T) {
 				e.PayloadSHA256 = base64.StdEncoding.EncodeToString(leaf.PayloadSHA256[:])
 			})
 		})
-		checkVerificationFailure(t, runVerifyTest(t, d.remoteArgs(url, spec)...), "the 5 entries served hash to root")
+		checkVerificationFailure(t, runVerifyTest(t, d.remoteArgs(url, spec)...), "entries [0, 5) as served hash to root")
 	})
 
 	t.Run("entry dropped", func(t *testing.T) {
 		// p-3 (alice -30) withheld; the list keeps its length by repeating
 		// the last entry.
 		url := tamperProxy(t, d.url, permutedEntries(t, d.url, []int{0, 1, 3, 4, 4}))
-		checkVerificationFailure(t, runVerifyTest(t, d.remoteArgs(url, spec)...), "the 5 entries served hash to root")
+		checkVerificationFailure(t, runVerifyTest(t, d.remoteArgs(url, spec)...), "entries [0, 5) as served hash to root")
 	})
 
 	t.Run("entries reordered", func(t *testing.T) {
 		// The same balances, so only the tree can tell.
 		url := tamperProxy(t, d.url, permutedEntries(t, d.url, []int{0, 2, 1, 3, 4}))
-		checkVerificationFailure(t, runVerifyTest(t, d.remoteArgs(url, spec)...), "the 5 entries served hash to root")
+		checkVerificationFailure(t, runVerifyTest(t, d.remoteArgs(url, spec)...), "entries [0, 5) as served hash to root")
 	})
 
 	t.Run("forged consistency proof at a store watermark", func(t *testing.T) {
@@ -697,7 +697,7 @@ func TestVerifyLedgerFailures(t *testing.T) {
 			}
 			return corruptHashes(t, body)
 		})
-		checkVerificationFailure(t, runVerifyTest(t, d.remoteArgs(url, wmSpec)...), "the first 3 entries are not a prefix of the signed checkpoint of size 5")
+		checkVerificationFailure(t, runVerifyTest(t, d.remoteArgs(url, wmSpec)...), "root of payments at size 3: rederive: ledger verification failed: payments: entries [2, 3) as served make a tree of size 3 that is not a prefix of the signed checkpoint of size 5")
 	})
 
 	t.Run("forged inclusion proof in the drift evidence", func(t *testing.T) {

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/auditd/auditd/api"
+	"github.com/auditd/auditd/client"
+	"github.com/auditd/auditd/rederive"
+)
+
+const benchVerifyUsage = `Usage: auditd bench verify -data-dir DIR [flags]
+
+Measures auditd verify --server: the derivation check of "auditd bench
+derive" (a sum of amounts by account over the log "payments", compared with
+PostgreSQL) run through rederive.RemoteLedger, which fetches every entry
+over HTTP and proves it against the signed checkpoint. The server is an
+auditd API on a loopback port in this process, over the ledger of a load
+made by
+
+  auditd bench derive -phase load -data-dir DIR -events N
+
+so the two share the CPUs; the run's time is the wall time of the check,
+-runs times, with the requests served by kind.
+
+`
+
+func benchVerify(args []string) error {
+	f := benchDeriveFlags{set: map[string]bool{}, phase: "verify"}
+	fs := flag.NewFlagSet("bench verify", flag.ContinueOnError)
+	fs.StringVar(&f.dir, "data-dir", "", "data directory of an \"auditd bench derive -phase load\"")
+	fs.StringVar(&f.pg, "pg", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "PostgreSQL DSN of the derived store")
+	fs.IntVar(&f.workers, "workers", 0, "Runner workers (0: GOMAXPROCS)")
+	runs := fs.Int("runs", 3, "runs of the check")
+	fs.StringVar(&f.jsonOut, "json", "", "also write the results as JSON to this file")
+	fs.Usage = func() { fmt.Fprint(fs.Output(), benchVerifyUsage); fs.PrintDefaults() }
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() > 0 || f.dir == "" || *runs < 1 {
+		return errors.New("bench verify: want -data-dir of a load, -runs at least 1, no arguments")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res := map[string]any{"mode": "verify", "cpus": runtime.NumCPU(), "gomaxprocs": runtime.GOMAXPROCS(0)}
+	st, m, err := deriveSetup(ctx, f.dir, &f, res)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	_, verifier, err := deriveKeys(m)
+	if err != nil {
+		return err
+	}
+
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var mu sync.Mutex
+	requests := map[string]int{}
+	srv := api.New(st, m.VerifierKey, api.Options{Logger: quiet})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		kind := r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]
+		if r.URL.Query().Has("start") {
+			kind = "entries range"
+		}
+		mu.Lock()
+		requests[kind]++
+		mu.Unlock()
+		srv.ServeHTTP(w, r)
+	}), ReadHeaderTimeout: 10 * time.Second}
+	go hs.Serve(ln)
+	defer hs.Close()
+	url := "http://" + ln.Addr().String()
+
+	dsn, _ := json.Marshal(f.pg)
+	specs, err := rederive.ParseSpecs("bench-verify.yaml", fmt.Appendf(nil, deriveSpec, dsn))
+	if err != nil {
+		return err
+	}
+	d, err := rederive.Compile(specs[0])
+	if err != nil {
+		return err
+	}
+	workers := f.workers
+	if workers == 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	fmt.Printf("verify: %d events over HTTP from %s, %d workers, GOMAXPROCS %d\n", f.events, url, workers, runtime.GOMAXPROCS(0))
+	var times []float64
+	for i := range *runs {
+		mu.Lock()
+		clear(requests)
+		mu.Unlock()
+		r := &rederive.Runner{Ledger: &rederive.RemoteLedger{Client: client.New(url, verifier)}, Workers: workers, Logger: quiet}
+		la0, cpu0, t0 := deriveLoadAvg(), deriveCPU(), time.Now()
+		rep, err := r.Run(ctx, rederive.Job{Spec: specs[0], Derivation: d}, true)
+		took, cpu := time.Since(t0), deriveCPU()-cpu0
+		if err != nil {
+			return err
+		}
+		if rep.State != rederive.StateClean || rep.Events != uint64(f.events) {
+			return fmt.Errorf("bench verify: run %d is %s with %d events (%s: %s)", i+1, rep.State, rep.Events, rep.ErrorKind, rep.Error)
+		}
+		mu.Lock()
+		var kinds []string
+		for k, n := range requests {
+			kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
+		}
+		mu.Unlock()
+		slices.Sort(kinds)
+		times = append(times, took.Seconds())
+		fmt.Printf("verify: run %d: %.2fs (%.0f events/s), %.2f CPU-s in the process (client and server), load average %s then %s; requests: %s\n",
+			i+1, took.Seconds(), float64(f.events)/took.Seconds(), cpu.Seconds(), la0, deriveLoadAvg(), strings.Join(kinds, ", "))
+		res[fmt.Sprintf("run_%d_seconds", i+1)] = took.Seconds()
+	}
+	sorted := slices.Clone(times)
+	slices.Sort(sorted)
+	med := sorted[len(sorted)/2]
+	res["median_seconds"], res["events"] = med, f.events
+	fmt.Printf("verify: median of %d runs %.2fs (%.0f events/s), best %.2fs\n", len(times), med, float64(f.events)/med, sorted[0])
+	if f.jsonOut != "" {
+		b, _ := json.MarshalIndent(res, "", "  ")
+		return os.WriteFile(f.jsonOut, append(b, '\n'), 0o644)
+	}
+	return nil
+}

@@ -1,0 +1,268 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/mod/sumdb/note"
+
+	"github.com/auditd/auditd/checkers"
+	"github.com/auditd/auditd/ledger"
+)
+
+// Exit codes of auditd fsck.
+const (
+	fsckClean    = 0
+	fsckFindings = 1
+	fsckError    = 2
+)
+
+func runFsck(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("fsck", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dataDir := fs.String("data-dir", "", "the daemon's data directory (required; the daemon must not be running on it)")
+	only := fs.String("log", "", "check only this log")
+	jsonOut := fs.Bool("json", false, "print one JSON object with the findings on stdout")
+	keyFile := fs.String("key-file", "", "the checkpoint signing key whose verifier checks the checkpoints (default DATA-DIR/auditd.key; read, never created)")
+	vkey := fs.String("verifier-key", "", "check checkpoints with this verifier key (NAME+HASH+KEY, or @FILE) instead of the key file's")
+	quiet := fs.Bool("quiet", false, "no progress on stderr")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, `Usage: auditd fsck --data-dir DIR [--log NAME] [--json] [flags]
+
+Checks a stopped daemon's ledger offline, trusting nothing it stored: the
+scrub re-reads every entry and payload, recomputes their leaf hashes,
+rebuilds the tree and compares every stored tile (with its level-4 hashes),
+the recorded root and every signed checkpoint's root with it; the
+checkpoint audit verifies every stored checkpoint's signature and its
+consistency with the latest. The store is opened read-only: fsck writes
+nothing and signs nothing. Each finding names its log and the entry, tile
+or checkpoint concerned.
+
+Exit status:
+  0  clean
+  1  findings
+  2  fsck could not run (no store, the daemon holds it, unreadable storage, bad key)
+
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return fsckClean
+		}
+		return fsckError
+	}
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "auditd fsck: "+format+"\n", a...)
+		return fsckError
+	}
+	if *dataDir == "" || fs.NArg() > 0 {
+		fs.Usage()
+		return fail("--data-dir is required and there are no arguments")
+	}
+	v, err := fsckVerifier(*dataDir, *keyFile, *vkey)
+	if err != nil {
+		return fail("%v", err)
+	}
+	if _, err := os.Stat(*dataDir); err != nil {
+		return fail("data dir: %v", err)
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	rs, err := ledger.OpenRaw(*dataDir, ledger.WithLogger(logger), ledger.WithCacheSize(256<<20))
+	if err != nil {
+		return fail("%v (is the daemon running on it?)", err)
+	}
+	defer rs.Close()
+	var src checkers.Source = checkers.RawSource(rs)
+	logs, err := rs.Logs()
+	if err != nil {
+		return fail("list logs: %v", err)
+	}
+	if *only != "" {
+		if !containsString(logs, *only) {
+			return fail("no log %q in %s", *only, *dataDir)
+		}
+		src, logs = checkers.OnlyLog(src, *only), []string{*only}
+	}
+	var total uint64
+	for _, name := range logs {
+		if l, err := rs.Log(name); err == nil {
+			total += l.Size()
+			l.Close()
+		}
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	start := time.Now()
+	p := &fsckProgress{w: stderr, total: total, bar: !*quiet && isTerminal(stderr), plain: !*quiet && !isTerminal(stderr), start: start, lastLine: start}
+	var runErr error
+	for _, c := range []checkers.Checker{checkers.NewScrub(src, v), checkers.NewCheckpointAudit(src, v)} {
+		p.check = c.Name()
+		if err := c.Run(ctx, p); err != nil {
+			runErr = err
+			break
+		}
+	}
+	p.finish()
+	elapsed := time.Since(start)
+
+	if *jsonOut {
+		type jsonFinding struct {
+			Check string `json:"check"`
+			checkers.Finding
+		}
+		out := struct {
+			Findings        []jsonFinding `json:"findings"`
+			Logs            []string      `json:"logs"`
+			Entries         uint64        `json:"entries"`
+			DurationSeconds float64       `json:"duration_seconds"`
+			Error           string        `json:"error,omitempty"`
+		}{Findings: []jsonFinding{}, Logs: logs, Entries: p.entries, DurationSeconds: elapsed.Seconds()}
+		if out.Logs == nil {
+			out.Logs = []string{}
+		}
+		for _, f := range p.findings {
+			out.Findings = append(out.Findings, jsonFinding{f.check, f.Finding})
+		}
+		if runErr != nil {
+			out.Error = runErr.Error()
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(out)
+	} else {
+		for _, f := range p.findings {
+			fmt.Fprintf(stdout, "%s: %s\n", f.check, f.Finding)
+		}
+	}
+	if runErr != nil {
+		return fail("%v", runErr)
+	}
+	if !*quiet {
+		fmt.Fprintf(stderr, "auditd fsck: %d logs, %d entries in %.1fs (%.0f entries/s): %d findings\n",
+			len(logs), p.entries, elapsed.Seconds(), float64(p.entries)/max(elapsed.Seconds(), 1e-9), len(p.findings))
+	}
+	if len(p.findings) > 0 {
+		return fsckFindings
+	}
+	return fsckClean
+}
+
+// fsckVerifier returns the verifier of the checkpoints: from --verifier-key,
+// or derived from the signing key file (never created here).
+func fsckVerifier(dataDir, keyFile, vkey string) (note.Verifier, error) {
+	if vkey != "" {
+		if strings.HasPrefix(vkey, "@") {
+			b, err := os.ReadFile(vkey[1:])
+			if err != nil {
+				return nil, fmt.Errorf("verifier key: %w", err)
+			}
+			vkey = strings.TrimSpace(string(b))
+		}
+		v, err := note.NewVerifier(vkey)
+		if err != nil {
+			return nil, fmt.Errorf("verifier key: %w", err)
+		}
+		return v, nil
+	}
+	if keyFile == "" {
+		keyFile = filepath.Join(dataDir, "auditd.key")
+	}
+	b, err := os.ReadFile(keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("signing key: %w (or pass --verifier-key)", err)
+	}
+	k, err := parseKey(strings.TrimSpace(string(b)))
+	if err != nil {
+		return nil, fmt.Errorf("signing key %s: %w", keyFile, err)
+	}
+	return k.verifier, nil
+}
+
+func containsString(xs []string, s string) bool {
+	for _, x := range xs {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+type checkedFinding struct {
+	check string
+	checkers.Finding
+}
+
+// fsckProgress is fsck's checkers.Progress: it keeps the findings and
+// draws a progress bar on a terminal, or prints a line every 10 seconds
+// otherwise.
+type fsckProgress struct {
+	w          io.Writer
+	total      uint64
+	bar, plain bool
+	start      time.Time
+	check      string
+	mu         sync.Mutex
+	entries    uint64
+	findings   []checkedFinding
+	lastDraw   time.Time
+	lastLine   time.Time
+	drawn      bool
+}
+
+func (p *fsckProgress) Checked(ctx context.Context, n int) error {
+	p.mu.Lock()
+	p.entries += uint64(n)
+	now := time.Now()
+	switch {
+	case p.bar && now.Sub(p.lastDraw) >= 100*time.Millisecond:
+		p.lastDraw = now
+		p.draw()
+	case p.plain && now.Sub(p.lastLine) >= 10*time.Second:
+		p.lastLine = now
+		fmt.Fprintf(p.w, "auditd fsck: %s: %d of %d entries checked, %d findings\n", p.check, p.entries, p.total, len(p.findings))
+	}
+	p.mu.Unlock()
+	return ctx.Err()
+}
+
+func (p *fsckProgress) draw() {
+	const width = 30
+	done := min(p.entries, p.total)
+	n := 0
+	if p.total > 0 {
+		n = int(done * width / p.total)
+	}
+	rate := float64(p.entries) / max(time.Since(p.start).Seconds(), 1e-9)
+	fmt.Fprintf(p.w, "\r%-11s [%s%s] %d/%d entries, %.0f/s, %d findings ", p.check,
+		strings.Repeat("=", n), strings.Repeat(" ", width-n), done, p.total, rate, len(p.findings))
+	p.drawn = true
+}
+
+func (p *fsckProgress) Found(f checkers.Finding) {
+	p.mu.Lock()
+	p.findings = append(p.findings, checkedFinding{p.check, f})
+	p.mu.Unlock()
+}
+
+func (p *fsckProgress) finish() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.drawn {
+		p.draw()
+		fmt.Fprint(p.w, "\n")
+	}
+}

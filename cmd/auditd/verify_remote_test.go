@@ -1,0 +1,305 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"golang.org/x/mod/sumdb/note"
+	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/auditd/auditd/client"
+	"github.com/auditd/auditd/merkle"
+)
+
+// The remote verify tests past the fold engine's first read batch: a log
+// of payments of more than 3,000 entries (three batches of 1,024 and a
+// part), read by auditd verify --server through tampering proxies.
+
+// bigPayments is the number of payments the big daemon serves: the 5 of
+// verifyEvents, then bigPayment(5), bigPayment(6), ...
+const bigPayments = 3105
+
+// bigPayment returns the account and amount of payment i >= 5.
+func bigPayment(i int) (string, int64) {
+	return fmt.Sprintf("acct-%d", i%7), int64(i%13 + 1)
+}
+
+// bigBalances returns the balances of the first n payments.
+func bigBalances(n int) map[string]int64 {
+	out := map[string]int64{}
+	for i, e := range verifyEvents[:min(n, len(verifyEvents))] {
+		var ev struct {
+			Payload struct {
+				Account string
+				Amount  int64
+			}
+		}
+		if err := json.Unmarshal([]byte(e), &ev); err != nil {
+			panic(fmt.Sprintf("verifyEvents[%d]: %v", i, err))
+		}
+		out[ev.Payload.Account] += ev.Payload.Amount
+	}
+	for i := len(verifyEvents); i < n; i++ {
+		a, amt := bigPayment(i)
+		out[a] += amt
+	}
+	return out
+}
+
+// startBigVerifyDaemon starts the verify daemon and posts payments up to
+// bigPayments, in requests of 1,000, each waiting for its checkpoint.
+func startBigVerifyDaemon(t *testing.T) *verifyDaemon {
+	t.Helper()
+	d := startVerifyDaemon(t)
+	var b strings.Builder
+	for i := len(verifyEvents); i < bigPayments; i++ {
+		a, amt := bigPayment(i)
+		fmt.Fprintf(&b, `{"id":"q-%d","payload":{"account":%q,"amount":%d}}`+"\n", i, a, amt)
+		if (i+1)%1000 == 0 || i == bigPayments-1 {
+			post(t, d.url+"/v1/logs/payments/entries?wait=checkpoint", b.String())
+			b.Reset()
+		}
+	}
+	return d
+}
+
+// forgeEntry replaces e's payload with payload and recomputes its leaf,
+// leaf hash and payload hash from its fields: the entry checks out alone.
+func forgeEntry(t *testing.T, e *client.Entry, payload []byte) {
+	orig := *e
+	leaf, _, _, err := orig.Decode("payments")
+	if err != nil {
+		t.Errorf("proxy: entry %d: %v", e.Index, err)
+		return
+	}
+	leaf.PayloadSHA256 = sha256.Sum256(payload)
+	lb, err := leaf.MarshalBinary()
+	if err != nil {
+		t.Errorf("proxy: %v", err)
+		return
+	}
+	s := base64.StdEncoding.EncodeToString(payload)
+	e.PayloadBase64, e.Payload = &s, nil
+	e.Leaf = base64.StdEncoding.EncodeToString(lb)
+	e.LeafHash = merkle.LeafHash(lb)
+	e.PayloadSHA256 = base64.StdEncoding.EncodeToString(leaf.PayloadSHA256[:])
+	if _, err := e.RecomputeLeaf("payments"); err != nil {
+		t.Errorf("proxy: the forged entry %d does not check out alone: %v", e.Index, err)
+	}
+}
+
+// flipAllHashes flips a bit of every hash of a proof response, so a lie
+// is in the nodes a check reads whichever they are.
+func flipAllHashes(t *testing.T, body []byte) []byte {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		t.Errorf("proxy: proof response: %v", err)
+		return nil
+	}
+	var hs []merkle.Hash
+	if err := json.Unmarshal(m["hashes"], &hs); err != nil {
+		t.Errorf("proxy: proof hashes %s: %v", m["hashes"], err)
+		return nil
+	}
+	for i := range hs {
+		hs[i][31] ^= 0x40
+	}
+	m["hashes"], _ = json.Marshal(hs)
+	b, _ := json.Marshal(m)
+	return b
+}
+
+// bigTlog returns the tree of the daemon's payments built with sumdb/tlog
+// from the leaves recomputed from the entries' fields, after checking its
+// root at the full size against the signed checkpoint.
+func bigTlog(t *testing.T, d *verifyDaemon) tlog.HashReaderFunc {
+	t.Helper()
+	key, err := os.ReadFile(d.vkeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := note.NewVerifier(strings.TrimSpace(string(key)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := client.New(d.url, v)
+	ctx := context.Background()
+	cp, _, err := c.Checkpoint(ctx, "payments")
+	if err != nil || cp.Size != bigPayments {
+		t.Fatalf("checkpoint: size %d, %v", cp.Size, err)
+	}
+	es, err := c.Entries(ctx, "payments", 0, bigPayments)
+	if err != nil || len(es) != bigPayments {
+		t.Fatalf("entries: %d, %v", len(es), err)
+	}
+	var stored []tlog.Hash
+	r := tlog.HashReaderFunc(func(idx []int64) ([]tlog.Hash, error) {
+		out := make([]tlog.Hash, len(idx))
+		for i, x := range idx {
+			out[i] = stored[x]
+		}
+		return out, nil
+	})
+	for i := range es {
+		h, err := es[i].RecomputeLeaf("payments")
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs, err := tlog.StoredHashesForRecordHash(int64(i), tlog.Hash(h), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored = append(stored, hs...)
+	}
+	if root, err := tlog.TreeHash(bigPayments, r); err != nil || merkle.Hash(root) != cp.Root {
+		t.Fatalf("tlog root of the %d entries %s (%v), checkpoint %s", bigPayments, root, err, cp.Root)
+	}
+	return r
+}
+
+func TestVerifyRemoteBeyondFirstBatch(t *testing.T) {
+	d := startBigVerifyDaemon(t)
+	tb := newVerifyTable(t)
+	tb.set(bigBalances(bigPayments))
+	spec := writeVerifySpec(t, tb.name, verifySpecOpts{})
+
+	t.Run("honest server", func(t *testing.T) {
+		// Through a proxy that changes nothing but counts the requests: a
+		// clean run, every page proven with at most 2 proofs.
+		var mu sync.Mutex
+		count := map[string]int{}
+		url := tamperProxy(t, d.url, func(r *http.Request, body []byte) []byte {
+			mu.Lock()
+			count[r.URL.Path]++
+			mu.Unlock()
+			return nil
+		})
+		jsonFile := filepath.Join(t.TempDir(), "r.json")
+		r := runVerifyTest(t, d.remoteArgs(url, spec, "--json", jsonFile)...)
+		if r.code != exitClean {
+			t.Fatalf("honest server of %d entries: %v", bigPayments, r)
+		}
+		rep := readVerifyJSON(t, jsonFile).Reports[0]
+		if rep.Events != bigPayments || rep.Stats.Matched != 10 || len(rep.Pins) != 1 || rep.Pins[0].Size != bigPayments {
+			t.Errorf("events %d, matched %d, pins %+v", rep.Events, rep.Stats.Matched, rep.Pins)
+		}
+		pages := (bigPayments + 1023) / 1024
+		incl, cons := count["/v1/logs/payments/proof/inclusion"], count["/v1/logs/payments/proof/consistency"]
+		if incl != pages-1 || cons != pages-1 {
+			t.Errorf("%d inclusion and %d consistency proofs fetched for %d pages, want %d each", incl, cons, pages, pages-1)
+		}
+	})
+
+	t.Run("entry 3000 rewritten with its leaf", func(t *testing.T) {
+		// Entry 3000's amount raised by 1,000,000, its leaf recomputed to
+		// match: it checks out alone; only its tree can tell.
+		url := tamperProxy(t, d.url, func(r *http.Request, body []byte) []byte {
+			if !isPaymentsRange(r) {
+				return nil
+			}
+			return rewriteEntries(t, body, func(e *client.Entry) {
+				if e.Index != 3000 {
+					return
+				}
+				a, amt := bigPayment(3000)
+				forgeEntry(t, e, fmt.Appendf(nil, `{"account":%q,"amount":%d}`, a, amt+1_000_000))
+			})
+		})
+		checkVerificationFailure(t, runVerifyTest(t, d.remoteArgs(url, spec)...), "entries [2048, 3072) as served make a tree of size 3072 that is not a prefix of the signed checkpoint of size 3105")
+	})
+
+	t.Run("entries 2999 and 3000 swapped", func(t *testing.T) {
+		// Two genuine entries, each under the other's index: the same
+		// balances, so only the tree can tell.
+		perm := make([]int, bigPayments)
+		for i := range perm {
+			perm[i] = i
+		}
+		perm[2999], perm[3000] = 3000, 2999
+		url := tamperProxy(t, d.url, permutedEntries(t, d.url, perm))
+		checkVerificationFailure(t, runVerifyTest(t, d.remoteArgs(url, spec)...), "entries [2048, 3072) as served make a tree of size 3072 that is not a prefix")
+	})
+
+	t.Run("the last page rewritten", func(t *testing.T) {
+		// The page that ends at the checkpoint is checked against its
+		// root directly.
+		url := tamperProxy(t, d.url, func(r *http.Request, body []byte) []byte {
+			if !isPaymentsRange(r) {
+				return nil
+			}
+			return rewriteEntries(t, body, func(e *client.Entry) {
+				if e.Index != bigPayments-1 {
+					return
+				}
+				forgeEntry(t, e, []byte(`{"account":"mallory","amount":1}`))
+			})
+		})
+		checkVerificationFailure(t, runVerifyTest(t, d.remoteArgs(url, spec)...), "entries [3072, 3105) as served hash to root")
+	})
+
+	for _, proof := range []string{"inclusion", "consistency"} {
+		t.Run("lying "+proof+" proofs", func(t *testing.T) {
+			url := tamperProxy(t, d.url, func(r *http.Request, body []byte) []byte {
+				if r.URL.Path != "/v1/logs/payments/proof/"+proof {
+					return nil
+				}
+				return flipAllHashes(t, body)
+			})
+			checkVerificationFailure(t, runVerifyTest(t, d.remoteArgs(url, spec)...), "as served")
+		})
+	}
+
+	t.Run("watermark below the checkpoint", func(t *testing.T) {
+		// The store applied 2,500 entries: the run is judged at 2,500, and
+		// the pin carries the root of that tree (tlog's, from leaves
+		// checked against the signed checkpoint).
+		const wm = 2500
+		tree := bigTlog(t, d)
+		want, err := tlog.TreeHash(wm, tree)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wt := newVerifyTable(t)
+		wt.set(bigBalances(wm))
+		wspec := writeVerifySpec(t, wt.name, verifySpecOpts{watermarkQuery: fmt.Sprintf("SELECT 'payments', %d::bigint", wm)})
+		jsonFile := filepath.Join(t.TempDir(), "r.json")
+		r := runVerifyTest(t, d.remoteArgs(d.url, wspec, "--json", jsonFile)...)
+		if r.code != exitClean {
+			t.Fatalf("watermark %d, honest server: %v", wm, r)
+		}
+		rep := readVerifyJSON(t, jsonFile).Reports[0]
+		if rep.Events != wm || len(rep.Pins) != 1 {
+			t.Fatalf("watermark %d: events %d, pins %+v", wm, rep.Events, rep.Pins)
+		}
+		pin := rep.Pins[0]
+		if pin.Size != wm || pin.Root != merkle.Hash(want) || pin.Root == (merkle.Hash{}) {
+			t.Errorf("pin at the watermark: size %d root %s, want size %d root %s", pin.Size, pin.Root, wm, merkle.Hash(want))
+		}
+		if !strings.HasPrefix(pin.Checkpoint, fmt.Sprintf("auditd.local/payments\n%d\n", bigPayments)) {
+			t.Errorf("pin names checkpoint %q, want the signed one of size %d", pin.Checkpoint, bigPayments)
+		}
+
+		// Entry 2499, the one the root at 2,500 is computed from, forged:
+		// the root is wrong, and no consistency proof makes it a prefix.
+		url := tamperProxy(t, d.url, func(r *http.Request, body []byte) []byte {
+			if !isPaymentsRange(r) {
+				return nil
+			}
+			return rewriteEntries(t, body, func(e *client.Entry) {
+				if e.Index == wm-1 {
+					forgeEntry(t, e, []byte(`{"account":"mallory","amount":1}`))
+				}
+			})
+		})
+		checkVerificationFailure(t, runVerifyTest(t, d.remoteArgs(url, wspec)...), "root of payments at size 2500")
+	})
+}

@@ -31,8 +31,10 @@ func daemonCheckers(store *ledger.Store, v note.Verifier, cfg ChecksConfig) []sc
 	sched := func(every time.Duration) checkers.Schedule {
 		return checkers.Schedule{Interval: every, Jitter: min(cfg.Jitter, every/10), Rate: cfg.ScrubRate}
 	}
+	src := checkers.StoreSource(store)
 	return []scheduledChecker{
-		{newInterimScrub(store), sched(cfg.ScrubInterval)},
+		{checkers.NewScrub(src, v), sched(cfg.ScrubInterval)},
+		{checkers.NewCheckpointAudit(src, v), sched(cfg.CheckpointAuditInterval)},
 	}
 }
 

@@ -275,7 +275,7 @@ func waitFor(t *testing.T, ctx context.Context, d *daemon, what string, ok func(
 	deadline := time.Now().Add(60 * time.Second)
 	for !ok() {
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("no %s after 60s; daemon %s\n%s", what, d.exitStatus(), strings.Join(d.stderr.lines(), "\n"))
+			t.Fatalf("waited 60s for %s; daemon %s\n%s", what, d.exitStatus(), strings.Join(d.stderr.lines(), "\n"))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -64,7 +64,9 @@ type Schedule struct {
 	// Jitter), so instances restarted together do not scrub together.
 	Jitter time.Duration
 	// Rate bounds the entries a pass checks per second (the throttle
-	// Progress.Checked blocks on); 0 is unthrottled.
+	// Progress.Checked blocks on); 0 is unthrottled. A Checked call with
+	// n = 0, a unit of work that reads no entry (the checkpoint audit
+	// calls it once per checkpoint), costs one.
 	Rate float64
 }
 
@@ -547,9 +549,10 @@ func (b *tokenBucket) take(ctx context.Context, n int) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if b.rate <= 0 || n <= 0 {
+	if b.rate <= 0 {
 		return nil
 	}
+	n = max(n, 1)
 	b.mu.Lock()
 	now := b.clock.Now()
 	if el := now.Sub(b.last); el > 0 {

@@ -320,6 +320,14 @@ func TestThrottle(t *testing.T) {
 			close(errs)
 			return <-errs
 		}, want, time.Hour, n / 40}, // the fake clock adds up waits that overlap in real time
+		{"calls without entries cost one each", rate, func(ctx context.Context, p Progress, _ *fakeClock) error {
+			for i := 0; i < n; i++ {
+				if err := p.Checked(ctx, 0); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, want, want + time.Millisecond, n - 100},
 		{"unthrottled", 0, func(ctx context.Context, p Progress, _ *fakeClock) error {
 			return p.Checked(ctx, n)
 		}, 0, 0, 0},
@@ -353,14 +361,18 @@ func TestThrottle(t *testing.T) {
 			if sleeps < tc.minWait {
 				t.Errorf("%d blocked calls, want at least %d", sleeps, tc.minWait)
 			}
-			if tc.lo > 0 {
+			if tc.lo > 0 && run.EntriesChecked > 0 {
 				// The achieved rate over the pass's (virtual) duration.
 				if got := float64(run.EntriesChecked) / run.DurationSeconds; got > rate*1.02 {
 					t.Errorf("achieved %.0f entries/s, throttle %v", got, rate)
 				}
 			}
-			if run.EntriesChecked != n {
-				t.Errorf("entries checked %d, want %d", run.EntriesChecked, n)
+			if want := uint64(n); tc.name == "calls without entries cost one each" {
+				if run.EntriesChecked != 0 {
+					t.Errorf("entries checked %d, want 0", run.EntriesChecked)
+				}
+			} else if run.EntriesChecked != want {
+				t.Errorf("entries checked %d, want %d", run.EntriesChecked, want)
 			}
 		})
 	}

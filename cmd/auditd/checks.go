@@ -28,13 +28,13 @@ type scheduledChecker struct {
 // schedules from the configuration. A checker whose interval is 0 is still
 // registered: POST /v1/checks/{name}/run runs it on demand.
 func daemonCheckers(store *ledger.Store, v note.Verifier, cfg ChecksConfig) []scheduledChecker {
-	sched := func(every time.Duration) checkers.Schedule {
-		return checkers.Schedule{Interval: every, Jitter: min(cfg.Jitter, every/10), Rate: cfg.ScrubRate}
+	sched := func(every time.Duration, rate float64) checkers.Schedule {
+		return checkers.Schedule{Interval: every, Jitter: min(cfg.Jitter, every/10), Rate: rate}
 	}
 	src := checkers.StoreSource(store)
 	return []scheduledChecker{
-		{checkers.NewScrub(src, v), sched(cfg.ScrubInterval)},
-		{checkers.NewCheckpointAudit(src, v), sched(cfg.CheckpointAuditInterval)},
+		{checkers.NewScrub(src, v), sched(cfg.ScrubInterval, cfg.ScrubRate)},
+		{checkers.NewCheckpointAudit(src, v), sched(cfg.CheckpointAuditInterval, cfg.CheckpointAuditRate)},
 	}
 }
 

@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -310,4 +313,58 @@ func metric(t *testing.T, ctx context.Context, d *daemon, series string) string 
 		return ""
 	}
 	return m[1]
+}
+
+// TestChecksConfig: the checks: section, its defaults, the flags over it,
+// and the schedules serve derives from them.
+func TestChecksConfig(t *testing.T) {
+	dir := t.TempDir()
+	file := dir + "/c.yaml"
+	os.WriteFile(file, []byte("checks:\n  scrub_interval: 6h\n  scrub_rate: 1000\n  checkpoint_audit_interval: 0s\n"), 0o644)
+	c, err := loadConfig(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := c.Checks
+	if ch.ScrubInterval != 6*time.Hour || ch.ScrubRate != 1000 || ch.CheckpointAuditInterval != 0 ||
+		ch.CheckpointAuditRate != 1000 || ch.Jitter != 15*time.Minute {
+		t.Errorf("checks from the file over the defaults: %+v", ch)
+	}
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	bindFlags(fs, &c)
+	if err := fs.Parse([]string{"--scrub-interval", "0", "--scrub-rate", "20"}); err != nil {
+		t.Fatal(err)
+	}
+	if c.Checks.ScrubInterval != 0 || c.Checks.ScrubRate != 20 {
+		t.Errorf("flags: %+v", c.Checks)
+	}
+	if d := defaultConfig().Checks; d.ScrubInterval != 24*time.Hour || d.ScrubRate != 50_000 || d.CheckpointAuditInterval != time.Hour {
+		t.Errorf("defaults %+v", d)
+	}
+	neg := defaultConfig()
+	neg.Checks.ScrubRate = -1
+	if err := neg.validate(); err == nil {
+		t.Error("a negative scrub rate was accepted")
+	}
+	os.WriteFile(file, []byte("checks:\n  scrub_intervall: 6h\n"), 0o644)
+	if _, err := loadConfig(file); err == nil {
+		t.Error("an unknown checks field was accepted")
+	}
+
+	st := openLedger(t, t.TempDir())
+	k, _, err := loadOrCreateKey(filepath.Join(t.TempDir(), "k"), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]checkers.Schedule{}
+	for _, sc := range daemonCheckers(st, k.verifier, ChecksConfig{ScrubInterval: 24 * time.Hour, ScrubRate: 50_000,
+		CheckpointAuditInterval: time.Minute, CheckpointAuditRate: 1000, Jitter: 15 * time.Minute}) {
+		got[sc.checker.Name()] = sc.schedule
+	}
+	if s := got["scrub"]; s != (checkers.Schedule{Interval: 24 * time.Hour, Jitter: 15 * time.Minute, Rate: 50_000}) {
+		t.Errorf("scrub schedule %+v", s)
+	}
+	if s := got["checkpoints"]; s != (checkers.Schedule{Interval: time.Minute, Jitter: 6 * time.Second, Rate: 1000}) {
+		t.Errorf("checkpoint audit schedule %+v (the jitter is capped at a tenth of the interval)", s)
+	}
 }

@@ -110,10 +110,13 @@ type ChecksConfig struct {
 	// (docs/checkers.md has the measurement); --scrub-rate overrides.
 	ScrubRate float64 `yaml:"scrub_rate"`
 	// CheckpointAuditInterval is how often the checkpoint audit starts: it
-	// verifies every stored signed checkpoint and their consistency with
-	// the latest. 0 disables it. Default 1h. It is throttled by ScrubRate
-	// too, where it counts entries.
+	// verifies the signature of every stored signed checkpoint and its
+	// consistency with the latest. 0 disables it. Default 1h.
 	CheckpointAuditInterval time.Duration `yaml:"checkpoint_audit_interval"`
+	// CheckpointAuditRate bounds the checkpoints the audit checks per
+	// second (each is a signature check and a consistency proof); 0 is
+	// unthrottled. Default 1000.
+	CheckpointAuditRate float64 `yaml:"checkpoint_audit_rate"`
 	// Jitter delays each scheduled pass by a random duration below it
 	// (and below a tenth of the checker's interval), so that instances
 	// restarted together do not audit together. Default 15m.
@@ -143,7 +146,8 @@ func defaultConfig() Config {
 		CreateLogs: &t, MaxBodyBytes: 32 << 20, MaxEvents: 100_000, MaxPayloadBytes: 1 << 20,
 		MaxConcurrentWrites: 16, WaitTimeout: 30 * time.Second, ShutdownTimeout: 10 * time.Second,
 		LogLevel: "info", LogFormat: "text",
-		Checks: ChecksConfig{ScrubInterval: 24 * time.Hour, ScrubRate: 50_000, CheckpointAuditInterval: time.Hour, Jitter: 15 * time.Minute},
+		Checks: ChecksConfig{ScrubInterval: 24 * time.Hour, ScrubRate: 50_000, CheckpointAuditInterval: time.Hour,
+			CheckpointAuditRate: 1000, Jitter: 15 * time.Minute},
 	}
 }
 
@@ -188,7 +192,7 @@ func (c *Config) validate() error {
 	case c.MaxBodyBytes < 1:
 		return errors.New("config: max_body_bytes must be positive")
 	}
-	if ch := c.Checks; ch.ScrubInterval < 0 || ch.ScrubRate < 0 || ch.CheckpointAuditInterval < 0 || ch.Jitter < 0 {
+	if ch := c.Checks; ch.ScrubInterval < 0 || ch.ScrubRate < 0 || ch.CheckpointAuditInterval < 0 || ch.CheckpointAuditRate < 0 || ch.Jitter < 0 {
 		return errors.New("config: checks: intervals, rate and jitter must not be negative")
 	}
 	if c.Kafka != nil {

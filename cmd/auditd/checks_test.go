@@ -327,7 +327,7 @@ func TestChecksConfig(t *testing.T) {
 	}
 	ch := c.Checks
 	if ch.ScrubInterval != 6*time.Hour || ch.ScrubRate != 1000 || ch.CheckpointAuditInterval != 0 ||
-		ch.CheckpointAuditRate != 1000 || ch.Jitter != 15*time.Minute {
+		ch.CheckpointAuditRate != 250 || ch.Jitter != 15*time.Minute {
 		t.Errorf("checks from the file over the defaults: %+v", ch)
 	}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)

@@ -115,7 +115,8 @@ type ChecksConfig struct {
 	CheckpointAuditInterval time.Duration `yaml:"checkpoint_audit_interval"`
 	// CheckpointAuditRate bounds the checkpoints the audit checks per
 	// second (each is a signature check and a consistency proof); 0 is
-	// unthrottled. Default 1000.
+	// unthrottled. Default 250 (a checkpoint costs ~170 µs of CPU, measured:
+	// ~4% of one core).
 	CheckpointAuditRate float64 `yaml:"checkpoint_audit_rate"`
 	// Jitter delays each scheduled pass by a random duration below it
 	// (and below a tenth of the checker's interval), so that instances
@@ -147,7 +148,7 @@ func defaultConfig() Config {
 		MaxConcurrentWrites: 16, WaitTimeout: 30 * time.Second, ShutdownTimeout: 10 * time.Second,
 		LogLevel: "info", LogFormat: "text",
 		Checks: ChecksConfig{ScrubInterval: 24 * time.Hour, ScrubRate: 50_000, CheckpointAuditInterval: time.Hour,
-			CheckpointAuditRate: 1000, Jitter: 15 * time.Minute},
+			CheckpointAuditRate: 250, Jitter: 15 * time.Minute},
 	}
 }
 

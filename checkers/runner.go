@@ -300,6 +300,9 @@ func (r *Runner) loop(ctx context.Context, j *job) {
 		if ctx.Err() != nil {
 			return
 		}
+		j.mu.Lock()
+		j.next = time.Time{}
+		j.mu.Unlock()
 		if _, err := r.pass(ctx, j); err != nil && ctx.Err() != nil {
 			return
 		}
@@ -369,8 +372,14 @@ func (p *progress) Found(f Finding) {
 		p.findings = append(p.findings, f)
 	}
 	p.r.m.findingsTotal.WithLabelValues(p.name, f.Kind).Inc()
-	p.r.log.Error("integrity finding", "checker", p.name, "finding", f.String())
+	if p.total <= maxLoggedFindings {
+		p.r.log.Error("integrity finding", "checker", p.name, "finding", f.String())
+	}
 }
+
+// maxLoggedFindings bounds the findings a pass logs one by one; the pass's
+// summary line counts them all.
+const maxLoggedFindings = 100
 
 // pass runs one pass of j and records it.
 func (r *Runner) pass(ctx context.Context, j *job) (Run, error) {

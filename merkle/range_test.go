@@ -2,6 +2,7 @@ package merkle_test
 
 import (
 	"errors"
+	"fmt"
 	"math/bits"
 	"sync"
 	"testing"
@@ -188,4 +189,37 @@ func TestRootFromInclusionRejects(t *testing.T) {
 	if err != nil || got != merkle.Hash(tr.root(t, 40)) {
 		t.Errorf("RootFromInclusion(0, ...) = %s, %v; want the root of 40", got, err)
 	}
+}
+
+// A client holding leaves [3, 5) of a tree of 5 proves them against the
+// tree's root with the inclusion proof of leaf 3: its left siblings cover
+// [0, 3).
+func ExampleRootFromInclusion() {
+	var leaves []merkle.Hash
+	for i := range 5 {
+		leaves = append(leaves, merkle.LeafHash(fmt.Appendf(nil, "entry %d", i)))
+	}
+	// The server's side: subtree hashes from the leaves it stores.
+	var subtree func(lo, hi uint64) merkle.Hash
+	subtree = func(lo, hi uint64) merkle.Hash {
+		if hi-lo == 1 {
+			return leaves[lo]
+		}
+		mid := lo + (hi-lo)/2
+		return merkle.NodeHash(subtree(lo, mid), subtree(mid, hi))
+	}
+	server := merkle.HashReaderFunc(func(ids []merkle.NodeID) ([]merkle.Hash, error) {
+		out := make([]merkle.Hash, len(ids))
+		for i, id := range ids {
+			out[i] = subtree(id.Index<<id.Level, (id.Index+1)<<id.Level)
+		}
+		return out, nil
+	})
+	root, _ := merkle.RootHash(5, server)
+	path, _ := merkle.ProveInclusion(3, 5, server)
+
+	// The client's side: the leaves it read and the path.
+	got, err := merkle.RootFromInclusion(3, path, leaves[3:5])
+	fmt.Println(got == root, err)
+	// Output: true <nil>
 }

@@ -28,7 +28,13 @@ type Log struct {
 	cpMu      sync.Mutex
 	cpNext    chan struct{} // closed when a new checkpoint is published
 	failed    atomic.Pointer[error]
-	stopped   chan struct{} // closed when the writer has exited
+	// readOnly is set when the log contradicts its checkpoint file (see
+	// admit): it takes no appends and never signs.
+	readOnly atomic.Pointer[error]
+	// pinned is the checkpoint the log's checkpoint file holds: the latest
+	// one signed. Owned by the writer goroutine (and Open before it).
+	pinned  *SignedCheckpoint
+	stopped chan struct{} // closed when the writer has exited
 	// persisted is set once the log's name and metadata are durable: by
 	// CreateLog, or by the first commit of a log from LogForAppend.
 	persisted atomic.Bool
@@ -156,7 +162,7 @@ func (l *Log) SourcePosition() []byte {
 }
 
 func (l *Log) append(ctx context.Context, entries []Entry, pos []byte) (*AppendResult, error) {
-	if err := l.Err(); err != nil {
+	if err := l.refusal(); err != nil {
 		return nil, err
 	}
 	now := time.Now()
@@ -259,7 +265,7 @@ func (l *Log) WaitCheckpoint(ctx context.Context, size uint64) (*SignedCheckpoin
 		if cp := l.cp.Load(); cp != nil && cp.Size >= size {
 			return cp, nil
 		}
-		if err := l.Err(); err != nil {
+		if err := l.refusal(); err != nil {
 			return nil, err
 		}
 		select {
@@ -344,6 +350,9 @@ func (l *Log) run() {
 }
 
 func (l *Log) needsCheckpoint() bool {
+	if l.readOnly.Load() != nil {
+		return false
+	}
 	cp := l.cp.Load()
 	if cp == nil {
 		return l.w.size > 0
@@ -404,7 +413,7 @@ func (l *Log) drain() {
 
 // process runs one group commit.
 func (l *Log) process(group []*appendReq) {
-	if err := l.Err(); err != nil {
+	if err := l.refusal(); err != nil {
 		for _, r := range group {
 			r.err = err
 			close(r.done)
@@ -707,7 +716,6 @@ func (l *Log) load() error {
 		if at != cp.Root {
 			return fmt.Errorf("latest checkpoint (size %d, root %s) does not match the stored tree (root %s)", cp.Size, cp.Root, at)
 		}
-		l.cp.Store(cp)
 	}
 	l.committed.Store(&treeState{size: m.size, root: root})
 	l.source.Store(nil)
@@ -724,6 +732,15 @@ func (l *Log) load() error {
 	}
 	l.w = writer{size: m.size, root: root, rng: rng, tiles: tiles, ids: ids}
 	l.s.metrics.size.WithLabelValues(l.name).Set(float64(m.size))
+	// Last, with the state loaded: a log refused here may still be served
+	// read-only.
+	bad, err := l.admit(cp, r)
+	if err != nil {
+		return err
+	}
+	if bad != nil {
+		return bad
+	}
 	return nil
 }
 
@@ -739,6 +756,11 @@ func (l *Log) reload() error {
 		return nil
 	}
 	if err := l.load(); err != nil {
+		var ie *IntegrityError
+		if errors.As(err, &ie) {
+			l.s.integrity(ie)
+			l.setReadOnly(ie)
+		}
 		return err
 	}
 	l.w.lastSign, l.w.awaiting = last, aw
@@ -765,13 +787,41 @@ func (l *Log) parseCheckpoint(note []byte) (*SignedCheckpoint, error) {
 	return &SignedCheckpoint{Checkpoint: c, Note: append([]byte(nil), note...)}, nil
 }
 
-// sign signs, stores and publishes a checkpoint of the committed tree.
+// sign signs, stores and publishes a checkpoint of the committed tree. The
+// order makes a crash between any two steps safe: the note is stored in
+// Pebble, then written to the checkpoint file, and only then published
+// (served, waited for). A crash before the file write leaves a stored
+// checkpoint newer than the file, which Open writes to the file before
+// publishing it (admit); the file is never behind a published checkpoint.
 func (l *Log) sign() {
 	w := &l.w
+	if l.readOnly.Load() != nil {
+		return
+	}
+	// Never sign a checkpoint inconsistent with the latest one signed, the
+	// one the checkpoint file holds (pinned): not below its size, and at
+	// its size only with its root. Above its size the tree's root at
+	// pinned.Size is pinned.Root without reading it again: admit proved
+	// it from the stored tiles when the tree was loaded (at open, and at
+	// every reload after a failed commit), and since then the writer has
+	// only appended leaves to its compact range, which leaves the first
+	// pinned.Size leaves, and so that root, unchanged. Each checkpoint
+	// signed here becomes the new pin and is of the current tree, so the
+	// argument carries on from one checkpoint to the next.
+	if p := l.pinned; p != nil && (w.size < p.Size || w.size == p.Size && w.root != p.Root) {
+		e := l.s.integrity(&IntegrityError{Log: l.name, Index: -1, Kind: IntegrityRollback,
+			Detail: fmt.Sprintf("refusing to sign size %d (root %s): the checkpoint file holds the checkpoint signed at size %d with root %s", w.size, w.root, p.Size, p.Root)})
+		l.setReadOnly(e)
+		w.lastSign = time.Now()
+		return
+	}
 	c := merkle.Checkpoint{Origin: l.Origin(), Size: w.size, Root: w.root}
 	n, err := c.Sign(l.s.signer)
 	if err == nil {
 		err = l.s.db.Set(checkpointKey(l.id, c.Size), n, pebble.Sync)
+	}
+	if err == nil {
+		err = l.s.cpFiles.write(l.name, n)
 	}
 	if err != nil {
 		// The tree is durable; the next interval tries again.
@@ -781,7 +831,9 @@ func (l *Log) sign() {
 	}
 	now := time.Now()
 	w.lastSign = now
-	l.cp.Store(&SignedCheckpoint{Checkpoint: c, Note: n})
+	scp := &SignedCheckpoint{Checkpoint: c, Note: n}
+	l.pinned = scp
+	l.cp.Store(scp)
 	l.cpMu.Lock()
 	close(l.cpNext)
 	l.cpNext = make(chan struct{})

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"sync"
@@ -80,6 +81,8 @@ type options struct {
 	cacheBytes         int64
 	logger             *slog.Logger
 	onIntegrity        func(*IntegrityError)
+	checkpointDir      string
+	readOnlyOnRollback bool
 }
 
 // Option configures a Store.
@@ -117,6 +120,7 @@ type Store struct {
 	tiles    *tileCache // full upper-level tiles, shared by all logs
 	dir      string
 	po       *pebble.Options
+	cpFiles  checkpointFiles
 
 	mu     sync.Mutex
 	logs   map[string]*Log
@@ -127,6 +131,12 @@ type Store struct {
 // Open opens (creating if needed) the store in dir. Checkpoints are signed
 // with signer, whose verifier is v; a log's checkpoint origin is
 // "<signer name>/<log name>".
+//
+// The latest checkpoint of each log is also kept in a file outside Pebble
+// (see WithCheckpointDir). Open refuses, with a *RollbackError naming
+// them, logs whose storage is behind or inconsistent with that checkpoint,
+// and files of logs storage does not hold, unless WithReadOnlyOnRollback
+// opens those logs read-only.
 func Open(dir string, signer note.Signer, v note.Verifier, opts ...Option) (*Store, error) {
 	if signer == nil || v == nil || signer.Name() != v.Name() || signer.KeyHash() != v.KeyHash() {
 		return nil, errors.New("ledger: signer and verifier do not belong to one key")
@@ -158,6 +168,10 @@ func Open(dir string, signer note.Signer, v note.Verifier, opts ...Option) (*Sto
 		return nil, fmt.Errorf("ledger: open %s: %w", dir, err)
 	}
 	s := &Store{db: db, dir: dir, po: po, signer: signer, verifier: v, opts: o, log: o.logger, metrics: newMetrics(), quit: make(chan struct{}), tiles: newTileCache(), logs: map[string]*Log{}, nextID: 1}
+	s.cpFiles = checkpointFiles{dir: o.checkpointDir}
+	if s.cpFiles.dir == "" {
+		s.cpFiles.dir = filepath.Join(dir, "checkpoints")
+	}
 	if err := s.loadLogs(); err != nil {
 		s.Close()
 		return nil, err
@@ -172,6 +186,11 @@ func (s *Store) Collectors() []prometheus.Collector { return s.metrics.collector
 func (s *Store) Origin(log string) string { return s.signer.Name() + "/" + log }
 
 func (s *Store) loadLogs() error {
+	files, err := s.cpFiles.list(s)
+	if err != nil {
+		return err
+	}
+	refused := map[*Log]*IntegrityError{}
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{kindMeta}, UpperBound: []byte{kindMeta + 1}})
 	if err != nil {
 		return err
@@ -186,7 +205,11 @@ func (s *Store) loadLogs() error {
 		l := newLog(s, m.name, id)
 		l.persisted.Store(true)
 		if err := l.load(); err != nil {
-			return fmt.Errorf("ledger: load log %s: %w", m.name, err)
+			var ie *IntegrityError
+			if !errors.As(err, &ie) || (ie.Kind != IntegrityRollback && ie.Kind != IntegrityCheckpointBad) {
+				return fmt.Errorf("ledger: load log %s: %w", m.name, err)
+			}
+			refused[l] = ie
 		}
 		s.logs[m.name] = l
 		if id >= s.nextID {
@@ -194,6 +217,9 @@ func (s *Store) loadLogs() error {
 		}
 	}
 	if err := it.Error(); err != nil {
+		return err
+	}
+	if err := s.checkFiles(files, refused); err != nil {
 		return err
 	}
 	for _, l := range s.logs {

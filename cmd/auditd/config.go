@@ -40,6 +40,17 @@ type Config struct {
 	BatchDelay time.Duration `yaml:"batch_delay"`
 	// CacheBytes is Pebble's block cache size. Default 128 MiB.
 	CacheBytes int64 `yaml:"cache_bytes"`
+	// CheckpointDir keeps each log's latest signed checkpoint in a file
+	// outside the ledger's database, checked at start: a log whose storage
+	// is behind or inconsistent with it is refused (see RollbackReadOnly).
+	// Another disk guards against losing both. Default DataDir/checkpoints.
+	CheckpointDir string `yaml:"checkpoint_dir"`
+	// RollbackReadOnly starts anyway when a log's storage is behind or
+	// inconsistent with its checkpoint file (storage lost signed entries):
+	// that log is served read-only as it is (appends get 503 read_only, no
+	// checkpoint is signed) and an integrity alert is raised. Default false:
+	// serve refuses to start, naming the log. See docs/operations.md.
+	RollbackReadOnly bool `yaml:"rollback_read_only"`
 	// Logs are created at start (others are created by their first POST
 	// when CreateLogs is true).
 	Logs []string `yaml:"logs"`
@@ -217,6 +228,8 @@ func bindFlags(fs *flag.FlagSet, c *Config) {
 	fs.IntVar(&c.MaxBatch, "max-batch", c.MaxBatch, "entries per group commit, at most")
 	fs.DurationVar(&c.BatchDelay, "batch-delay", c.BatchDelay, "time a group commit waits for more requests")
 	fs.Int64Var(&c.CacheBytes, "cache-bytes", c.CacheBytes, "Pebble block cache size in bytes")
+	fs.StringVar(&c.CheckpointDir, "checkpoint-dir", c.CheckpointDir, "directory of the logs' latest checkpoint files (default DATA-DIR/checkpoints)")
+	fs.BoolVar(&c.RollbackReadOnly, "rollback-read-only", c.RollbackReadOnly, "serve a log behind or inconsistent with its signed checkpoint read-only instead of refusing to start")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest POST body in bytes")
 	fs.StringVar(&c.WriteToken, "write-token", c.WriteToken, "bearer token required for writes (or AUDITD_WRITE_TOKEN)")
 	fs.StringVar(&c.ReadToken, "read-token", c.ReadToken, "bearer token required for reads (or AUDITD_READ_TOKEN)")

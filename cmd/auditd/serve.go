@@ -83,12 +83,17 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 	if created {
 		logger.Info("generated checkpoint signing key", "file", cfg.KeyFile, "verifier_key", key.vkey)
 	}
+	integrity := newIntegrityAlerts(logger)
+	defer integrity.stop()
 	store, err := ledger.Open(cfg.DataDir, key.signer, key.verifier,
 		ledger.WithCheckpointInterval(cfg.CheckpointInterval),
 		ledger.WithMaxBatch(cfg.MaxBatch),
 		ledger.WithBatchDelay(cfg.BatchDelay),
 		ledger.WithCacheSize(cfg.CacheBytes),
-		ledger.WithLogger(logger))
+		ledger.WithLogger(logger),
+		ledger.WithCheckpointDir(cfg.CheckpointDir),
+		ledger.WithReadOnlyOnRollback(cfg.RollbackReadOnly),
+		ledger.WithIntegrityHandler(integrity.handle))
 	if err != nil {
 		return err
 	}
@@ -99,6 +104,10 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 	}()
 	for _, name := range cfg.Logs {
 		if _, err := store.CreateLog(name); err != nil {
+			if errors.Is(err, ledger.ErrReadOnly) { // --rollback-read-only: already reported
+				logger.Warn("configured log is read-only", "log", name, "err", err)
+				continue
+			}
 			return err
 		}
 	}
@@ -114,6 +123,7 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 		return err
 	}
 	defer alerts.Close()
+	integrity.attach(alerts) // raises what the store found while opening, too
 	for _, c := range alerts.Collectors() {
 		auditdReg.MustRegister(c)
 	}

@@ -338,7 +338,7 @@ func TestChecksConfig(t *testing.T) {
 	if c.Checks.ScrubInterval != 0 || c.Checks.ScrubRate != 20 {
 		t.Errorf("flags: %+v", c.Checks)
 	}
-	if d := defaultConfig().Checks; d.ScrubInterval != 24*time.Hour || d.ScrubRate != 50_000 || d.CheckpointAuditInterval != time.Hour {
+	if d := defaultConfig().Checks; d.ScrubInterval != 24*time.Hour || d.ScrubRate != 20_000 || d.CheckpointAuditInterval != time.Hour {
 		t.Errorf("defaults %+v", d)
 	}
 	neg := defaultConfig()
@@ -357,11 +357,11 @@ func TestChecksConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := map[string]checkers.Schedule{}
-	for _, sc := range daemonCheckers(st, k.verifier, ChecksConfig{ScrubInterval: 24 * time.Hour, ScrubRate: 50_000,
+	for _, sc := range daemonCheckers(st, k.verifier, ChecksConfig{ScrubInterval: 24 * time.Hour, ScrubRate: 20_000,
 		CheckpointAuditInterval: time.Minute, CheckpointAuditRate: 1000, Jitter: 15 * time.Minute}) {
 		got[sc.checker.Name()] = sc.schedule
 	}
-	if s := got["scrub"]; s != (checkers.Schedule{Interval: 24 * time.Hour, Jitter: 15 * time.Minute, Rate: 50_000}) {
+	if s := got["scrub"]; s != (checkers.Schedule{Interval: 24 * time.Hour, Jitter: 15 * time.Minute, Rate: 20_000}) {
 		t.Errorf("scrub schedule %+v", s)
 	}
 	if s := got["checkpoints"]; s != (checkers.Schedule{Interval: time.Minute, Jitter: 6 * time.Second, Rate: 1000}) {

@@ -149,10 +149,18 @@ func (w *logScrub) run(v note.Verifier) error {
 		w.cps = append(w.cps, cpRoot{cp.Size, cp.Root})
 	}
 	sort.Slice(w.cps, func(i, j int) bool { return w.cps[i].size < w.cps[j].size })
-	if ic, ok := w.src.(indexChunker); ok {
+	if ic, ok := w.src.(extentSource); ok {
 		recorded, stored, err := ic.IndexChunks()
 		if err != nil {
 			return fmt.Errorf("read index chunks: %w", err)
+		}
+		i, found, err := ic.EntryAbove(w.size)
+		if err != nil {
+			return fmt.Errorf("read entries: %w", err)
+		}
+		if found {
+			w.found(Finding{Index: At(i), Kind: ledger.IntegrityRollback, Detail: fmt.Sprintf(
+				"entry %d is stored, but the log records a tree of size %d: its metadata went back", i, w.size)})
 		}
 		if have := w.size / ledger.IndexChunkEntries; recorded > have || stored > have {
 			w.found(Finding{Kind: ledger.IntegrityRollback, Detail: fmt.Sprintf(
@@ -268,12 +276,16 @@ func (w *logScrub) flushTile0() {
 			}
 		}
 	}
-	for i := range chosen {
-		if err := w.rng.Append(chosen[i][:], w.visit); err != nil {
-			w.err = err
-			return
+	if cnt == tileWidth && !w.checkpointInside(first, first+tileWidth) {
+		w.foldTile(n, chosen)
+	} else {
+		for i := range chosen {
+			if err := w.rng.Append(chosen[i][:], w.visit); err != nil {
+				w.err = err
+				return
+			}
+			w.checkRoots()
 		}
-		w.checkRoots()
 	}
 	// The level-0 tile's own level-4 hashes, now rebuilt.
 	if lb := w.level(0); mid != nil {
@@ -282,6 +294,45 @@ func (w *logScrub) flushTile0() {
 	w.level(0).mid = w.level(0).mid[:0]
 	w.tile0++
 	w.fill = 0
+}
+
+// checkpointInside reports whether a checkpoint's size falls strictly
+// inside (lo, hi): its root needs the tree at a size within the tile.
+func (w *logScrub) checkpointInside(lo, hi uint64) bool {
+	for i := w.nextCP; i < len(w.cps) && w.cps[i].size < hi; i++ {
+		if w.cps[i].size > lo {
+			return true
+		}
+	}
+	return false
+}
+
+// foldTile folds a full level-0 tile into the tree at once: its nodes up
+// to the tile's root are hashed here, without a compact range append per
+// leaf, and the root joins the range as one node of level 8.
+func (w *logScrub) foldTile(n uint64, leaves []merkle.Hash) {
+	var buf [tileWidth]merkle.Hash
+	copy(buf[:], leaves)
+	lb := w.level(0)
+	for level, width := 1, tileWidth/2; width >= 1; level, width = level+1, width/2 {
+		for i := 0; i < width; i++ {
+			buf[i] = merkle.NodeHash(buf[2*i], buf[2*i+1])
+		}
+		if level == midLevel {
+			lb.mid = append(lb.mid, buf[:width]...)
+		}
+	}
+	root := buf[0]
+	w.visit(compact.NewNodeID(tileHeight, n), root[:])
+	other, err := rangeFactory.NewRange(n*tileWidth, (n+1)*tileWidth, [][]byte{root[:]})
+	if err == nil {
+		err = w.rng.AppendRange(other, w.visit)
+	}
+	if err != nil {
+		w.err = err
+		return
+	}
+	w.checkRoots()
 }
 
 func (w *logScrub) level(t int) *tileBuf {

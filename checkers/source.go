@@ -52,10 +52,11 @@ type LogSource interface {
 // hold.
 var ErrTileMissing = errors.New("checkers: tile missing")
 
-// indexChunker is what a local source adds: the ingested index chunks,
-// which must not cover entries beyond the tree.
-type indexChunker interface {
+// extentSource is what a local source adds: the ingested index chunks and
+// the entries stored, which must not reach beyond the tree.
+type extentSource interface {
 	IndexChunks() (recorded, stored uint64, err error)
+	EntryAbove(size uint64) (index uint64, found bool, err error)
 }
 
 // StoreSource reads the logs of a live store, each over a Pebble snapshot.
@@ -103,7 +104,7 @@ type rawLogSource struct{ r *ledger.RawLog }
 
 var (
 	_ LogSource    = rawLogSource{}
-	_ indexChunker = rawLogSource{}
+	_ extentSource = rawLogSource{}
 )
 
 func (s rawLogSource) Size() uint64      { return s.r.Size() }
@@ -131,6 +132,8 @@ func (s rawLogSource) ConsistencyProof(_ context.Context, from, to uint64) ([]me
 }
 
 func (s rawLogSource) IndexChunks() (recorded, stored uint64, err error) { return s.r.IndexChunks() }
+
+func (s rawLogSource) EntryAbove(size uint64) (uint64, bool, error) { return s.r.EntryAbove(size) }
 
 // OnlyLog restricts src to the named log.
 func OnlyLog(src Source, name string) Source { return onlyLog{src, name} }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 
 	"github.com/auditd/auditd/client"
 	"github.com/auditd/auditd/ledger"
@@ -49,30 +50,65 @@ func (r *remoteLog) Close() error      { return nil }
 func (r *remoteLog) Leaves(ctx context.Context, fn func([]ledger.ScannedEntry) error) error {
 	batch := make([]ledger.ScannedEntry, 0, remotePage)
 	for next := uint64(0); next < r.size; {
-		es, err := r.c.Entries(ctx, r.name, next, min(next+remotePage, r.size))
-		if err != nil {
-			return fmt.Errorf("entries from %d: %w", next, err)
-		}
-		if len(es) == 0 {
-			return fmt.Errorf("entries from %d: the server sent none below its checkpoint's size %d", next, r.size)
-		}
+		end := min(next+remotePage, r.size)
 		batch = batch[:0]
-		for i := range es {
-			e := ledger.ScannedEntry{Index: es[i].Index}
-			h, err := es[i].RecomputeLeaf(r.name)
-			if err != nil {
-				e.Err = &ledger.IntegrityError{Log: r.name, Index: int64(e.Index), Kind: ledger.IntegrityLeafMismatch, Detail: err.Error()}
-			} else {
-				e.LeafHash = h
+		es, err := r.c.Entries(ctx, r.name, next, end)
+		if err == nil && len(es) > 0 {
+			for i := range es {
+				batch = append(batch, r.scanned(&es[i]))
 			}
-			batch = append(batch, e)
+		} else {
+			// One entry the server cannot serve fails the page: read its
+			// entries one by one and report those it does not give.
+			if batch, err = r.oneByOne(ctx, batch, next, end); err != nil {
+				return err
+			}
 		}
-		next += uint64(len(es))
+		next += uint64(len(batch))
 		if err := fn(batch); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// scanned rebuilds the entry's leaf from its fields.
+func (r *remoteLog) scanned(e *client.Entry) ledger.ScannedEntry {
+	s := ledger.ScannedEntry{Index: e.Index}
+	h, err := e.RecomputeLeaf(r.name)
+	if err != nil {
+		s.Err = &ledger.IntegrityError{Log: r.name, Index: int64(e.Index), Kind: ledger.IntegrityLeafMismatch, Detail: err.Error()}
+	} else {
+		s.LeafHash = h
+	}
+	return s
+}
+
+// oneByOne appends the entries [from, to) read one at a time. An entry the
+// server answers with an error is reported missing; an error reaching the
+// server stops the scan.
+func (r *remoteLog) oneByOne(ctx context.Context, out []ledger.ScannedEntry, from, to uint64) ([]ledger.ScannedEntry, error) {
+	for i := from; i < to; i++ {
+		e, err := r.c.Entry(ctx, r.name, i)
+		var ue *url.Error
+		missing := ""
+		switch {
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case errors.As(err, &ue):
+			return nil, fmt.Errorf("entry %d: %w", i, err)
+		case err != nil:
+			missing = "the server does not serve it: " + err.Error()
+		case e.Index != i:
+			missing = fmt.Sprintf("the server sent entry %d for %d", e.Index, i)
+		}
+		if missing != "" {
+			out = append(out, ledger.ScannedEntry{Index: i, Err: &ledger.IntegrityError{Log: r.name, Index: int64(i), Kind: ledger.IntegrityEntryMissing, Detail: missing}})
+			continue
+		}
+		out = append(out, r.scanned(e))
+	}
+	return out, nil
 }
 
 func (r *remoteLog) Tile(ctx context.Context, level uint8, n uint64, width int) (base, mid []merkle.Hash, err error) {

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -115,5 +116,53 @@ func TestScrubRemote(t *testing.T) {
 		if d := describe(c.findings); !slices.Equal(d, want) {
 			t.Errorf("consistent tampering %v: findings %q, want %q", consistent, d, want)
 		}
+	}
+}
+
+// TestScrubRemoteEntryRefused scrubs through a proxy that answers 500 for
+// entry 3333, alone or in a page, as a server does for an entry missing
+// from its storage: the entry is reported missing, and the rest of the log
+// is checked (its leaf taken from the tile).
+func TestScrubRemoteEntryRefused(t *testing.T) {
+	dir, k := smallStore(t)
+	st, err := ledger.Open(dir, k.signer, k.verifier, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	backend := httptest.NewServer(api.New(st, k.vkey, api.Options{}))
+	defer backend.Close()
+	target, _ := url.Parse(backend.URL)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		refuse := strings.HasSuffix(r.URL.Path, "/pay/entries/3333")
+		if strings.HasSuffix(r.URL.Path, "/pay/entries") && q.Has("start") {
+			start, _ := strconv.ParseUint(q.Get("start"), 10, 64)
+			end, _ := strconv.ParseUint(q.Get("end"), 10, 64)
+			refuse = start <= 3333 && 3333 < end
+		}
+		if refuse {
+			http.Error(w, `{"error":"entry 3333 missing from storage","code":"integrity"}`, http.StatusInternalServerError)
+			return
+		}
+		r.URL.Scheme, r.URL.Host = target.Scheme, target.Host
+		req, _ := http.NewRequestWithContext(r.Context(), r.Method, r.URL.String(), nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		w.WriteHeader(resp.StatusCode)
+		io.Copy(w, resp.Body)
+	}))
+	defer proxy.Close()
+	c := checkAll(t, checkers.RemoteSource(client.New(proxy.URL, k.verifier)), k.verifier)
+	want := []string{"pay entry_missing index=3333"}
+	if d := describe(c.findings); !slices.Equal(d, want) {
+		t.Errorf("findings %q, want %q", d, want)
+	}
+	if c.entries != smallTotal+300 {
+		t.Errorf("checked %d entries, want %d", c.entries, smallTotal+300)
 	}
 }

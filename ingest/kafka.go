@@ -10,9 +10,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -58,13 +61,31 @@ type KafkaConfig struct {
 	ClientID string `yaml:"client_id"`
 	// SessionTimeout is how long the group waits for a member that stopped
 	// answering before it gives the member's partitions to others (default
-	// 45s, Kafka's). A member killed and restarted gets its partitions back
-	// only after it, unless InstanceID is set.
+	// 45s, Kafka's). A dynamic member killed and restarted gets its
+	// partitions back only after it; a static one (InstanceID) at once.
 	SessionTimeout time.Duration `yaml:"session_timeout"`
-	// InstanceID makes this instance a static group member: restarted
-	// within the session timeout, it keeps its partitions without a
-	// rebalance. Unique per instance.
+	// InstanceID makes this instance a static group member (KIP-345): a
+	// restart with the same id replaces its previous incarnation in the
+	// group at once and keeps its partitions, without waiting out the
+	// session timeout of the member it was. It must be unique per instance:
+	// two members with one id fence each other. Empty or "none": a dynamic
+	// member. (auditd serve derives a default from the signing key and the
+	// data directory.)
 	InstanceID string `yaml:"instance_id"`
+	// StallWindow is how long an assigned partition with records to read
+	// may go without progress before it counts as stalled (default 30s).
+	// A stalled partition, or a source that has not been in its group for
+	// this long, makes the source not ready and restarts its consumer.
+	StallWindow time.Duration `yaml:"stall_window"`
+}
+
+// staticInstanceID is the group instance id to join with, "" for a dynamic
+// member.
+func (c *KafkaConfig) staticInstanceID() string {
+	if c.InstanceID == "none" {
+		return ""
+	}
+	return c.InstanceID
 }
 
 // KafkaTLS enables TLS to the brokers.
@@ -106,6 +127,12 @@ func (c *KafkaConfig) setDefaults() {
 	}
 	if c.ClientID == "" {
 		c.ClientID = "auditd"
+	}
+	if c.SessionTimeout <= 0 {
+		c.SessionTimeout = 45 * time.Second
+	}
+	if c.StallWindow <= 0 {
+		c.StallWindow = 30 * time.Second
 	}
 }
 
@@ -149,9 +176,20 @@ type Kafka struct {
 	cfg   KafkaConfig
 	store *ledger.Store
 	log   *slog.Logger
-	cl    *kgo.Client
-	adm   *kadm.Client
 	m     *kafkaMetrics
+	opts  []kgo.Opt    // of the consuming client, to make a new one
+	gen   atomic.Int64 // of the current consuming client (newClient)
+
+	// The consuming client (in the consumer group) is replaced when the
+	// source restarts its consumer; the Run goroutine owns it, the others
+	// read it through client. The admin client, outside the group, checks
+	// the brokers and reads end offsets.
+	clMu  sync.Mutex
+	cl    *kgo.Client
+	admCl *kgo.Client
+	adm   *kadm.Client
+	// restart asks Run for a new consuming client; it carries why.
+	restart chan string
 
 	// OnViolation, if set before Run, is told of each integrity violation.
 	OnViolation func(Violation)
@@ -169,6 +207,19 @@ type Kafka struct {
 	// failed holds partitions stopped on an error until a restart (a log
 	// that cannot take their records); Ready reports them.
 	failed map[string]error
+	// joined says the consuming client is in its group with an assignment
+	// (possibly empty); outSince is when it last was not.
+	joined   bool
+	outSince time.Time
+	// stalled are the assigned partitions stalled at the latest check.
+	stalled []stall
+}
+
+// stall is a partition with records to read and no progress.
+type stall struct {
+	log   string
+	lag   int64
+	since time.Time
 }
 
 // NewKafka returns a Kafka source feeding store. Run starts it.
@@ -181,55 +232,118 @@ func NewKafka(store *ledger.Store, cfg KafkaConfig, logger *slog.Logger) (*Kafka
 		logger = slog.Default()
 	}
 	k := &Kafka{cfg: cfg, store: store, log: logger, m: newKafkaMetrics(), parts: map[string]*partition{}, hwm: map[string]int64{}, reread: map[string]bool{}, failed: map[string]error{},
-		status: errors.New("kafka: not connected yet")}
-	opts := []kgo.Opt{
+		status: errors.New("kafka: not connected yet"), restart: make(chan string, 1), outSince: time.Now()}
+	conn := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ClientID(cfg.ClientID),
-		kgo.ConsumerGroup(cfg.Group),
-		kgo.ConsumeTopics(cfg.Topics...),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadUncommitted()),
-		kgo.FetchMaxBytes(cfg.FetchMaxBytes),
-		kgo.MaxConcurrentFetches(4),
-		// Only marked offsets are committed: append marks a partition's
-		// records once they are durable in its log, so the group's offset
-		// follows the ledger. (With DisableAutoCommit, MarkCommitRecords
-		// and CommitMarkedOffsets do nothing.)
-		kgo.AutoCommitMarks(),
-		kgo.BlockRebalanceOnPoll(),
-		kgo.AdjustFetchOffsetsFn(k.adjustOffsets),
-		kgo.OnPartitionsRevoked(k.revoked),
-		kgo.OnPartitionsLost(k.lost),
+		kgo.WithLogger(kgoLogger{logger}),
 		kgo.RetryBackoffFn(func(tries int) time.Duration {
 			d := 100 * time.Millisecond << min(tries, 6)
 			return min(d, 5*time.Second)
 		}),
-	}
-	if cfg.TopicRegex {
-		opts = append(opts, kgo.ConsumeRegex())
-	}
-	if cfg.SessionTimeout > 0 {
-		opts = append(opts, kgo.SessionTimeout(cfg.SessionTimeout))
-	}
-	if cfg.InstanceID != "" {
-		opts = append(opts, kgo.InstanceID(cfg.InstanceID))
 	}
 	if cfg.TLS != nil {
 		tc, err := cfg.TLS.config()
 		if err != nil {
 			return nil, err
 		}
-		opts = append(opts, kgo.DialTLSConfig(tc))
+		conn = append(conn, kgo.DialTLSConfig(tc))
 	}
 	if s := cfg.SASL; s != nil {
-		opts = append(opts, kgo.SASL(s.mechanism()))
+		conn = append(conn, kgo.SASL(s.mechanism()))
 	}
-	cl, err := kgo.NewClient(opts...)
+	opts := append(slices.Clip(conn),
+		kgo.ConsumerGroup(cfg.Group),
+		kgo.ConsumeTopics(cfg.Topics...),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadUncommitted()),
+		kgo.FetchMaxBytes(cfg.FetchMaxBytes),
+		kgo.MaxConcurrentFetches(4),
+		// Transaction markers come with the records, so that a partition
+		// whose last offsets are markers is seen to be read to its end
+		// (they are not ledgered: they are gaps).
+		kgo.KeepControlRecords(),
+		// Only marked offsets are committed: append marks a partition's
+		// records once they are durable in its log, so the group's offset
+		// follows the ledger. (With DisableAutoCommit, MarkCommitRecords
+		// and CommitMarkedOffsets do nothing.)
+		kgo.AutoCommitMarks(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.SessionTimeout(cfg.SessionTimeout),
+		// At most a third of the session, as Kafka advises (franz-go's
+		// default is 3s).
+		kgo.HeartbeatInterval(min(3*time.Second, cfg.SessionTimeout/3)),
+	)
+	if cfg.TopicRegex {
+		opts = append(opts, kgo.ConsumeRegex())
+	}
+	if id := cfg.staticInstanceID(); id != "" {
+		opts = append(opts, kgo.InstanceID(id))
+	}
+	adm, err := kgo.NewClient(conn...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: %w", err)
 	}
-	k.cl, k.adm = cl, kadm.NewClient(cl)
+	k.opts = opts
+	cl, err := k.newClient()
+	if err != nil {
+		adm.Close()
+		return nil, fmt.Errorf("kafka: %w", err)
+	}
+	k.cl, k.admCl, k.adm = cl, adm, kadm.NewClient(adm)
 	return k, nil
+}
+
+// newClient returns a new consuming client. Its group callbacks act only
+// while it is the current one: an old client still closing (a join in
+// flight) must not touch the partitions of its successor.
+func (k *Kafka) newClient() (*kgo.Client, error) {
+	gen := k.gen.Add(1)
+	cur := func() bool { return k.gen.Load() == gen }
+	return kgo.NewClient(append(slices.Clip(k.opts),
+		kgo.AdjustFetchOffsetsFn(func(ctx context.Context, m map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+			if !cur() {
+				return m, nil
+			}
+			return k.adjustOffsets(ctx, m)
+		}),
+		kgo.OnPartitionsAssigned(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) {
+			if cur() {
+				k.assigned(ctx, cl, m)
+			}
+		}),
+		kgo.OnPartitionsRevoked(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) {
+			if cur() {
+				k.revoked(ctx, cl, m)
+			}
+		}),
+		kgo.OnPartitionsLost(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) {
+			if cur() {
+				k.lost(ctx, cl, m)
+			}
+		}),
+	)...)
+}
+
+// client returns the consuming client.
+func (k *Kafka) client() *kgo.Client {
+	k.clMu.Lock()
+	defer k.clMu.Unlock()
+	return k.cl
+}
+
+// kgoLogger passes the Kafka client's warnings and errors to slog (its info
+// and debug lines are too many to keep).
+type kgoLogger struct{ l *slog.Logger }
+
+func (g kgoLogger) Level() kgo.LogLevel { return kgo.LogLevelWarn }
+
+func (g kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	lv := slog.LevelWarn
+	if level == kgo.LogLevelError {
+		lv = slog.LevelError
+	}
+	g.l.Log(context.Background(), lv, "kafka client: "+msg, keyvals...)
 }
 
 func (t *KafkaTLS) config() (*tls.Config, error) {
@@ -269,7 +383,10 @@ func (s *KafkaSASL) mechanism() sasl.Mechanism {
 // Collectors returns the source's Prometheus collectors.
 func (k *Kafka) Collectors() []prometheus.Collector { return k.m.collectors() }
 
-// Ready returns nil when the brokers answer and the configured topics exist.
+// Ready returns nil when the brokers answer, the configured topics exist,
+// the source is in its consumer group with an assignment (an empty one
+// counts: another member has the partitions), and every assigned partition
+// has either nothing to read or made progress within the stall window.
 func (k *Kafka) Ready() error {
 	k.health.Lock()
 	defer k.health.Unlock()
@@ -284,7 +401,24 @@ func (k *Kafka) Ready() error {
 		sort.Strings(names)
 		return fmt.Errorf("kafka: partition %s stopped: %w", names[0], k.failed[names[0]])
 	}
+	if !k.joined {
+		return fmt.Errorf("kafka: not in consumer group %q (joining since %s)", k.cfg.Group, time.Since(k.outSince).Round(time.Second))
+	}
+	if len(k.stalled) > 0 {
+		return stalledError(k.stalled, k.cfg.StallWindow)
+	}
 	return nil
+}
+
+func stalledError(ss []stall, window time.Duration) error {
+	var b strings.Builder
+	for i, s := range ss {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s (lag %d, no progress for %s)", s.log, s.lag, time.Since(s.since).Round(time.Second))
+	}
+	return fmt.Errorf("kafka: partitions stalled, records to read and no progress within %s: %s", window, b.String())
 }
 
 // fail stops consuming a partition until a restart and keeps the source
@@ -299,15 +433,63 @@ func (k *Kafka) fail(log string, err error) {
 
 // Run consumes until ctx ends, then finishes the batches in hand, commits
 // the group offsets and closes the client. Broker outages do not end it: the
-// client retries with backoff and Ready reports the outage.
+// client retries with backoff and Ready reports the outage. A consumer that
+// stalls or stays out of its group is replaced by a new one (see
+// KafkaConfig.StallWindow).
 func (k *Kafka) Run(ctx context.Context) error {
-	defer k.close()
-	go k.watchHealth(ctx)
+	var watchers sync.WaitGroup
+	defer func() {
+		watchers.Wait()
+		k.admCl.Close()
+	}()
+	watchers.Add(2)
+	go func() { defer watchers.Done(); k.watchHealth(ctx) }()
+	go func() { defer watchers.Done(); k.watchProgress(ctx) }()
 	for {
-		fetches := k.cl.PollRecords(ctx, 4*k.cfg.BatchRecords)
-		if fetches.IsClientClosed() || ctx.Err() != nil {
-			k.cl.AllowRebalance()
+		why := k.consume(ctx, k.client())
+		k.closeConsumer()
+		if ctx.Err() != nil {
 			return nil
+		}
+		k.m.restarts.Inc()
+		k.log.Warn("kafka: restarting the consumer", "why", why, "group", k.cfg.Group, "instance_id", k.cfg.staticInstanceID())
+		cl, err := k.newClient()
+		if err != nil { // the options were accepted before: not expected
+			return fmt.Errorf("kafka: new client: %w", err)
+		}
+		k.clMu.Lock()
+		k.cl = cl
+		k.clMu.Unlock()
+		select {
+		case <-k.restart: // asked again while the old one closed
+		default:
+		}
+	}
+}
+
+// consume polls cl and hands the records to their partitions until ctx ends
+// or a restart is asked for; it returns why it stopped.
+func (k *Kafka) consume(ctx context.Context, cl *kgo.Client) string {
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	why := make(chan string, 1)
+	go func() {
+		select {
+		case w := <-k.restart:
+			why <- w
+			cancel()
+		case <-pctx.Done():
+			why <- "shutdown"
+		}
+	}()
+	for {
+		fetches := cl.PollRecords(pctx, 4*k.cfg.BatchRecords)
+		if fetches.IsClientClosed() || pctx.Err() != nil {
+			// Records in hand are dropped: the next client, if any,
+			// resumes from the ledger's positions.
+			cl.AllowRebalance()
+			cancel()
+			return <-why
 		}
 		polled := time.Now()
 		var recreated map[string][]int32
@@ -328,6 +510,12 @@ func (k *Kafka) Run(ctx context.Context) error {
 			}
 			k.m.fetchErrors.Inc()
 			k.log.Warn("kafka fetch error", "topic", topic, "partition", p, "err", err)
+			var ge *kgo.ErrGroupSession
+			if errors.As(err, &ge) {
+				// Not a broker outage: the group session ended or could
+				// not begin. onLost has cleared joined; Ready says so.
+				return
+			}
 			k.setStatus(fmt.Errorf("kafka: fetch %s/%d: %w", topic, p, err))
 		})
 		fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
@@ -345,15 +533,31 @@ func (k *Kafka) Run(ctx context.Context) error {
 				p.updateLag(fp.HighWatermark)
 				return
 			}
+			b := batch{recs: fp.Records, hwm: fp.HighWatermark, polled: polled, end: fp.Records[len(fp.Records)-1].Offset + 1}
+			if hasControl(b.recs) {
+				b.recs = slices.DeleteFunc(slices.Clone(b.recs), func(r *kgo.Record) bool { return r.Attrs.IsControl() })
+			}
 			// Blocks when the partition's queue is full: that is the flow
 			// control. The client stops fetching once its buffer is full.
-			p.in <- batch{recs: fp.Records, hwm: fp.HighWatermark, polled: polled}
+			select {
+			case p.in <- b:
+			case <-pctx.Done():
+			}
 		})
-		k.cl.AllowRebalance()
+		cl.AllowRebalance()
 		for topic, parts := range recreated {
-			k.recreated(topic, parts)
+			k.recreated(cl, topic, parts)
 		}
 	}
+}
+
+func hasControl(recs []*kgo.Record) bool {
+	for _, r := range recs {
+		if r.Attrs.IsControl() {
+			return true
+		}
+	}
+	return false
 }
 
 // recreated handles a topic that was deleted and maybe recreated: it
@@ -361,7 +565,7 @@ func (k *Kafka) Run(ctx context.Context) error {
 // partitions this instance held are then read from their first offset, so
 // that a record written again at an offset a log holds is compared with the
 // leaf there (a conflict if it differs).
-func (k *Kafka) recreated(topic string, parts []int32) {
+func (k *Kafka) recreated(cl *kgo.Client, topic string, parts []int32) {
 	k.log.Warn("kafka topic deleted or recreated: consuming it again from its first offset", "topic", topic, "partitions", parts)
 	k.setStatus(fmt.Errorf("kafka: topic %q was deleted or recreated", topic))
 	k.mu.Lock()
@@ -369,13 +573,18 @@ func (k *Kafka) recreated(topic string, parts []int32) {
 		k.reread[LogName(topic, p)] = true
 	}
 	k.mu.Unlock()
-	k.cl.PurgeTopicsFromClient(topic)
+	cl.PurgeTopicsFromClient(topic)
 	if !k.cfg.TopicRegex {
-		k.cl.AddConsumeTopics(topic)
+		cl.AddConsumeTopics(topic)
 	}
 }
 
-func (k *Kafka) close() {
+// closeConsumer finishes the assigned partitions' batches in hand, commits
+// the group offsets and closes the consuming client. A static member does
+// not leave its group on close: its next client (or the next run of the
+// daemon) takes its place.
+func (k *Kafka) closeConsumer() {
+	cl := k.client()
 	k.mu.Lock()
 	parts := make([]*partition, 0, len(k.parts))
 	for _, p := range k.parts {
@@ -388,16 +597,54 @@ func (k *Kafka) close() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := k.cl.CommitMarkedOffsets(ctx); err != nil {
-		k.log.Warn("kafka: group offsets not committed at shutdown", "err", err)
+	if err := cl.CommitMarkedOffsets(ctx); err != nil {
+		k.log.Warn("kafka: group offsets not committed on closing the consumer", "err", err)
 	}
-	k.cl.Close()
+	k.gen.Add(1) // the client's callbacks do nothing from here on
+	k.setJoined(false)
+	// Close waits for a join or sync in flight, which a coordinator that
+	// does not answer holds for the rebalance timeout and more: do not
+	// wait that long for a client that is being replaced.
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		cl.Close()
+	}()
+	select {
+	case <-closed:
+	case <-ctx.Done():
+		k.log.Warn("kafka: the old consumer is still closing (a group request in flight); going on without it")
+	}
+}
+
+// setJoined records whether the consuming client is in its group.
+func (k *Kafka) setJoined(in bool) {
+	k.health.Lock()
+	defer k.health.Unlock()
+	if in == k.joined {
+		return
+	}
+	k.joined = in
+	if !in {
+		k.outSince = time.Now()
+		k.m.joined.Set(0)
+		k.log.Info("kafka consumer out of its group", "group", k.cfg.Group)
+		return
+	}
+	k.m.joined.Set(1)
+	k.log.Info("kafka consumer in its group", "group", k.cfg.Group, "instance_id", k.cfg.staticInstanceID())
+}
+
+// assigned is called at the end of each join of the group, with what it
+// added to the assignment (maybe nothing).
+func (k *Kafka) assigned(context.Context, *kgo.Client, map[string][]int32) {
+	k.setJoined(true)
 }
 
 // watchHealth checks the brokers and the topics every few seconds and logs
 // changes of state (not every failure, so an outage gives no log flood).
 func (k *Kafka) watchHealth(ctx context.Context) {
-	t := time.NewTicker(3 * time.Second)
+	t := time.NewTicker(min(3*time.Second, max(k.cfg.StallWindow/2, 100*time.Millisecond)))
 	defer t.Stop()
 	for {
 		err := k.check(ctx)
@@ -413,9 +660,97 @@ func (k *Kafka) watchHealth(ctx context.Context) {
 	}
 }
 
+// watchProgress finds stalled partitions and a consumer that stays out of
+// its group, and restarts the consumer then: with backoff (the stall window,
+// doubled at each restart that did not help, up to 5 minutes), and not
+// while the brokers are unreachable (a new client would not help).
+func (k *Kafka) watchProgress(ctx context.Context) {
+	tick := min(time.Second, max(k.cfg.StallWindow/10, 50*time.Millisecond))
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	backoff := k.cfg.StallWindow
+	var lastRestart time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		stalled := k.findStalls(now)
+		k.health.Lock()
+		k.stalled = stalled
+		joined, outSince, brokersOK := k.joined, k.outSince, k.status == nil
+		k.health.Unlock()
+		k.m.stalled.Set(float64(len(stalled)))
+		var why string
+		switch {
+		case len(stalled) > 0:
+			why = stalledError(stalled, k.cfg.StallWindow).Error()
+		case !joined && now.Sub(outSince) > max(k.cfg.StallWindow, k.cfg.SessionTimeout):
+			// A join can legitimately wait for a dead member's session to
+			// time out; past that, the group is not letting this member in.
+			why = fmt.Sprintf("not in consumer group %q for %s", k.cfg.Group, now.Sub(outSince).Round(time.Second))
+		default:
+			if joined && now.Sub(lastRestart) > 2*backoff {
+				backoff = k.cfg.StallWindow
+			}
+			continue
+		}
+		if !brokersOK || now.Sub(lastRestart) < backoff {
+			continue
+		}
+		if !lastRestart.IsZero() {
+			backoff = min(2*backoff, 5*time.Minute)
+		}
+		lastRestart = now
+		k.log.Error("kafka source stalled: restarting the consumer", "why", why)
+		select {
+		case k.restart <- why:
+		default:
+		}
+	}
+}
+
+// findStalls returns the assigned partitions that have records to read
+// (their high watermark is past what the source has read) and have made no
+// progress for the stall window. The window starts at the partition's
+// latest progress or the latest moment it had nothing to read. Partitions
+// stopped on an error (Kafka.fail) are reported as such, not as stalled: a
+// new consumer would not help them.
+func (k *Kafka) findStalls(now time.Time) []stall {
+	k.health.Lock()
+	failed := make(map[string]bool, len(k.failed))
+	for n := range k.failed {
+		failed[n] = true
+	}
+	k.health.Unlock()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var out []stall
+	for name, p := range k.parts {
+		if failed[name] {
+			continue
+		}
+		hwm, ok := k.hwm[name]
+		p.mu.Lock()
+		read := max(p.pos.Next, p.readTo)
+		if !ok || hwm <= read {
+			p.progressAt = now
+		}
+		since := p.progressAt
+		p.mu.Unlock()
+		if ok && hwm > read && now.Sub(since) > k.cfg.StallWindow {
+			out = append(out, stall{log: name, lag: hwm - read, since: since})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].log < out[j].log })
+	return out
+}
+
 // refreshEnds reads the end offsets of the assigned partitions, so lag is
 // known even when a partition has nothing new to fetch (after a restart at
-// its end).
+// its end) or its fetches stall.
 func (k *Kafka) refreshEnds(ctx context.Context) {
 	k.mu.Lock()
 	var topics []string
@@ -456,7 +791,7 @@ func (k *Kafka) refreshEnds(ctx context.Context) {
 func (k *Kafka) check(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := k.cl.Ping(ctx); err != nil {
+	if err := k.admCl.Ping(ctx); err != nil {
 		if k.cfg.SASL != nil || k.cfg.TLS != nil {
 			// Brokers that refuse a login or a handshake often just close
 			// the connection: say what to check.
@@ -491,10 +826,10 @@ func (k *Kafka) setStatus(err error) {
 	switch {
 	case err == nil && prev != nil:
 		k.m.ready.Set(1)
-		k.log.Info("kafka source ready", "brokers", k.cfg.Brokers, "topics", k.cfg.Topics)
+		k.log.Info("kafka brokers answer and the topics exist", "brokers", k.cfg.Brokers, "topics", k.cfg.Topics)
 	case err != nil && (prev == nil || prev.Error() != err.Error()):
 		k.m.ready.Set(0)
-		k.log.Error("kafka source not ready", "err", err)
+		k.log.Error("kafka source not ready: brokers or topics", "err", err)
 	}
 }
 
@@ -552,7 +887,7 @@ func (k *Kafka) assign(topic string, part int32) (*partition, error) {
 			return nil, fmt.Errorf("log %s records source %s/%d, not %s/%d", name, pos.Topic, pos.Partition, topic, part)
 		}
 	}
-	p := &partition{k: k, name: name, topic: topic, log: l, pos: *pos, in: make(chan batch, 4), done: make(chan struct{})}
+	p := &partition{k: k, name: name, topic: topic, log: l, pos: *pos, in: make(chan batch, 4), done: make(chan struct{}), progressAt: time.Now()}
 	p.consumed = k.m.consumed.WithLabelValues(name)
 	p.bytes = k.m.bytes.WithLabelValues(name)
 	p.gaps = k.m.gaps.WithLabelValues(name)
@@ -572,7 +907,10 @@ func (k *Kafka) revoked(ctx context.Context, cl *kgo.Client, lost map[string][]i
 	}
 }
 
+// lost is called when the group session ended (an error, a fenced member):
+// the member is out of its group until it joins again.
 func (k *Kafka) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	k.setJoined(false)
 	k.release(lost)
 }
 
@@ -640,9 +978,10 @@ func (k *Kafka) Status(log string) (*Status, bool) {
 
 // batch is records of one partition from one poll.
 type batch struct {
-	recs   []*kgo.Record
+	recs   []*kgo.Record // without transaction markers
 	hwm    int64
 	polled time.Time
+	end    int64 // the offset after the last record fetched, markers included
 }
 
 // partition appends one partition's records to its log, in offset order.
@@ -654,8 +993,14 @@ type partition struct {
 	in    chan batch
 	done  chan struct{}
 
-	mu  sync.Mutex // guards pos for Status readers; the run goroutine writes it
+	mu  sync.Mutex // guards pos, readTo and progressAt; the run goroutine writes pos
 	pos Position
+	// readTo is the offset after the last record handled, transaction
+	// markers included: at or past pos.Next.
+	readTo int64
+	// progressAt is when readTo last advanced, or the partition was last
+	// seen with nothing to read.
+	progressAt time.Time
 
 	consumed, bytes, gaps, conflicts, redelivered prometheus.Counter
 }
@@ -701,6 +1046,11 @@ func (p *partition) run() {
 			}
 			b.recs = b.recs[n:]
 		}
+		p.mu.Lock()
+		if end := max(p.pos.Next, b.end); end > p.readTo {
+			p.readTo, p.progressAt = end, time.Now()
+		}
+		p.mu.Unlock()
 		p.updateLag(b.hwm)
 		p.k.m.durable.Observe(time.Since(b.polled).Seconds())
 	}
@@ -769,6 +1119,9 @@ func (p *partition) append(recs []*kgo.Record) error {
 	}
 	p.mu.Lock()
 	p.pos = pos
+	if pos.Next > p.readTo {
+		p.readTo, p.progressAt = pos.Next, time.Now()
+	}
 	p.mu.Unlock()
 	if last != nil {
 		flagged := 0
@@ -781,7 +1134,7 @@ func (p *partition) append(recs []*kgo.Record) error {
 		p.consumed.Add(float64(len(entries)))
 		p.bytes.Add(float64(nbytes))
 		// The group offset follows the ledger, never leads it.
-		p.k.cl.MarkCommitRecords(last)
+		p.k.client().MarkCommitRecords(last)
 	}
 	return nil
 }
@@ -940,8 +1293,8 @@ func leafOf(log string, e *ledger.Entry) merkle.Hash {
 type kafkaMetrics struct {
 	consumed, bytes, gaps, conflicts, redelivered, dupIDs *prometheus.CounterVec
 	lag                                                   *prometheus.GaugeVec
-	flagged, fetchErrors                                  prometheus.Counter
-	ready                                                 prometheus.Gauge
+	flagged, fetchErrors, restarts                        prometheus.Counter
+	ready, joined, stalled                                prometheus.Gauge
 	durable                                               prometheus.Histogram
 }
 
@@ -960,11 +1313,14 @@ func newKafkaMetrics() *kafkaMetrics {
 		flagged:     prometheus.NewCounter(prometheus.CounterOpts{Name: "kafka_flagged_records_total", Help: "Records ledgered with a mark (not JSON, not UTF-8, empty, oversize)."}),
 		fetchErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "kafka_fetch_errors_total", Help: "Errors fetching from the brokers."}),
 		ready:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "kafka_ready", Help: "1 when the brokers answer and the topics exist."}),
+		joined:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "kafka_group_joined", Help: "1 while the source is in its consumer group with an assignment."}),
+		stalled:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "kafka_stalled_partitions", Help: "Assigned partitions with records to read and no progress within the stall window."}),
+		restarts:    prometheus.NewCounter(prometheus.CounterOpts{Name: "kafka_consumer_restarts_total", Help: "Times the source replaced its Kafka consumer because it stalled or stayed out of its group."}),
 		durable: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kafka_fetch_to_durable_seconds", Help: "Time from a poll returning records to their ledger entries being durable.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
 	}
 }
 
 func (m *kafkaMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.consumed, m.bytes, m.gaps, m.conflicts, m.redelivered, m.dupIDs, m.lag, m.flagged, m.fetchErrors, m.ready, m.durable}
+	return []prometheus.Collector{m.consumed, m.bytes, m.gaps, m.conflicts, m.redelivered, m.dupIDs, m.lag, m.flagged, m.fetchErrors, m.ready, m.joined, m.stalled, m.restarts, m.durable}
 }

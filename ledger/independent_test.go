@@ -23,6 +23,7 @@ import (
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 
+	"github.com/auditd/auditd/checkers"
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/merkle"
 )
@@ -377,6 +378,8 @@ func TestIndependentVerification(t *testing.T) {
 		t.Errorf("last checkpoint at size %d, want %d", got, total)
 	}
 	t.Logf("%d checkpoints verified", len(cps))
+	// auditd's own scrub and checkpoint audit agree with tlog: clean.
+	scrubClean(t, st, k.verifier, total)
 
 	// The indexes find every entry by its id and its leaf hash.
 	for i := uint64(0); i < total; i++ {
@@ -454,6 +457,10 @@ func TestIndependentReopen(t *testing.T) {
 		readLeaves(t, l, tl, size, want)
 		checkRoot(t, l, tl, size)
 		checkTiles(t, l, tl, size)
+		if _, err := l.WaitCheckpoint(ctx, size); err != nil {
+			t.Fatal(err)
+		}
+		scrubClean(t, st, k.verifier, int(size))
 		// Every leaf in the new tree, and the new tree against every size
 		// it extends.
 		for i := uint64(0); i < size; i++ {
@@ -638,4 +645,43 @@ func TestIndependentLarge(t *testing.T) {
 	}
 	cps := checkCheckpoints(t, l, tl, k.verifier)
 	t.Logf("%d checkpoints verified", len(cps))
+}
+
+// scrubClean runs auditd's scrub and checkpoint audit (package checkers) on
+// the store, which the checks above found right with tlog: they must find
+// nothing, and the scrub must read every entry.
+func scrubClean(t testing.TB, st *ledger.Store, v note.Verifier, entries int) {
+	t.Helper()
+	p := &scrubProgress{}
+	src := checkers.StoreSource(st)
+	for _, c := range []checkers.Checker{checkers.NewScrub(src, v), checkers.NewCheckpointAudit(src, v)} {
+		if err := c.Run(context.Background(), p); err != nil {
+			t.Fatalf("%s: %v", c.Name(), err)
+		}
+	}
+	for _, f := range p.findings {
+		t.Errorf("scrub: %v", f)
+	}
+	if p.entries != entries {
+		t.Errorf("scrub checked %d entries, want %d", p.entries, entries)
+	}
+}
+
+type scrubProgress struct {
+	mu       sync.Mutex
+	findings []checkers.Finding
+	entries  int
+}
+
+func (p *scrubProgress) Checked(ctx context.Context, n int) error {
+	p.mu.Lock()
+	p.entries += n
+	p.mu.Unlock()
+	return ctx.Err()
+}
+
+func (p *scrubProgress) Found(f checkers.Finding) {
+	p.mu.Lock()
+	p.findings = append(p.findings, f)
+	p.mu.Unlock()
 }

@@ -232,6 +232,22 @@ func (r *RawLog) IndexChunks() (recorded, stored uint64, err error) {
 	return recorded, stored, nil
 }
 
+// EntryAbove returns the index of the first entry stored at or above size,
+// if any: the tree recorded does not cover it.
+func (r *RawLog) EntryAbove(size uint64) (index uint64, found bool, err error) {
+	it, err := r.r.NewIter(&pebble.IterOptions{LowerBound: entryKey(r.id, size), UpperBound: logKey(kindEntry, r.id+1, 0)})
+	if err != nil {
+		return 0, false, err
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		if k := it.Key(); len(k) == 13 {
+			return binary.BigEndian.Uint64(k[5:]), true, nil
+		}
+	}
+	return 0, false, it.Error()
+}
+
 // IndexChunkEntries is how many entries one index chunk covers.
 const IndexChunkEntries = indexChunk
 

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -86,8 +89,13 @@ type Config struct {
 	// Kafka, if set, consumes Kafka topics into the ledger: one log per
 	// topic partition, named <topic>.<partition>, exactly once. Its fields
 	// are documented in docs/kafka.md; the --kafka-* flags override them.
-	// AUDITD_KAFKA_SASL_PASSWORD overrides kafka.sasl.password.
+	// AUDITD_KAFKA_SASL_PASSWORD overrides kafka.sasl.password. Without
+	// kafka.instance_id in the file, the source is a static group member
+	// with an id derived from the signing key and the data directory (see
+	// kafkaConfig); instance_id: "" or "none" makes it a dynamic member.
 	Kafka *ingest.KafkaConfig `yaml:"kafka"`
+	// kafkaInstanceIDSet says the file gave kafka.instance_id, even "".
+	kafkaInstanceIDSet bool
 	// Derivations are derivation spec files (YAML with CEL expressions, see
 	// docs/derivations.md). The daemon folds each derivation over the
 	// ledger on its schedule, compares the result with its derived store,
@@ -180,6 +188,18 @@ func loadConfig(path string) (Config, error) {
 		if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
 			return c, fmt.Errorf("config %s: %w", path, err)
 		}
+		// An explicit instance_id: "" (dynamic membership) differs from
+		// none given (the derived default); the struct cannot tell them apart.
+		var given struct {
+			Kafka *struct {
+				InstanceID *string `yaml:"instance_id"`
+			} `yaml:"kafka"`
+		}
+		if _, err := f.Seek(0, io.SeekStart); err == nil {
+			if err := yaml.NewDecoder(f).Decode(&given); err == nil && given.Kafka != nil && given.Kafka.InstanceID != nil {
+				c.kafkaInstanceIDSet = true
+			}
+		}
 	}
 	if v := os.Getenv("AUDITD_WRITE_TOKEN"); v != "" {
 		c.WriteToken = v
@@ -218,6 +238,26 @@ func (c *Config) validate() error {
 		c.KeyFile = c.DataDir + "/auditd.key"
 	}
 	return nil
+}
+
+// kafkaConfig is the Kafka source's configuration as serve runs it: unless
+// the file sets kafka.instance_id, the source joins its group as a static
+// member whose id is derived from the signing key's verifier and the data
+// directory's absolute path, so a restarted daemon takes over its own
+// assignment at once instead of waiting out the session of the member it
+// was. Two daemons on copies of one data directory get the same id and
+// fence each other: give each its own instance_id, or "none".
+func (c *Config) kafkaConfig(verifierKey string) ingest.KafkaConfig {
+	kc := *c.Kafka
+	if !c.kafkaInstanceIDSet && kc.InstanceID == "" {
+		dir, err := filepath.Abs(c.DataDir)
+		if err != nil {
+			dir = c.DataDir
+		}
+		h := sha256.Sum256([]byte(verifierKey + "\x00" + dir))
+		kc.InstanceID = "auditd-" + hex.EncodeToString(h[:8])
+	}
+	return kc
 }
 
 // bindFlags registers the flags that override the file.

@@ -28,15 +28,18 @@ import (
 
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/auditd/auditd/checkers"
+	"github.com/auditd/auditd/client"
 )
 
 // TestCrashRecovery runs the daemon as a real process under append load,
 // kills it with SIGKILL at random moments, restarts it on the same data
 // directory each time, and then checks that every acknowledged entry is
 // present exactly once, that requests cut off by a kill succeed when
-// retried, and that every stored checkpoint is signed, verifies against an
-// independent recomputation of the tree (golang.org/x/mod/sumdb/tlog) and is
-// consistent with the others.
+// retried, and runs the ledger scrub and the checkpoint audit through the
+// API: every leaf, tile and checkpoint root rebuilt from the entries, every
+// checkpoint signed and consistent with the latest.
 func TestCrashRecovery(t *testing.T) {
 	iterations := 25
 	if testing.Short() {
@@ -595,8 +598,12 @@ type entryJSON struct {
 	LeafHash      string          `json:"leaf_hash"`
 }
 
-// verifyLog checks one log end to end against the acknowledgments and an
-// independent recomputation of its tree.
+// verifyLog checks one log end to end against the acknowledgments, and
+// runs the ledger scrub and the checkpoint audit (package checkers) through
+// the daemon's API: every leaf recomputed from its entry, the tree rebuilt
+// from the leaves and compared with every tile the API serves and every
+// stored checkpoint's root, every checkpoint's signature verified and
+// proven consistent with the latest.
 func (h *crashHarness) verifyLog(ctx context.Context, d *daemon, name string) {
 	t := h.t
 	verifierKey, err := d.getText(ctx, "/v1/verifier")
@@ -607,6 +614,7 @@ func (h *crashHarness) verifyLog(ctx context.Context, d *daemon, name string) {
 	if err != nil {
 		t.Fatalf("verifier key %q: %v", verifierKey, err)
 	}
+	cl := client.New(d.url, verifier)
 
 	// The tree must be fully covered by a checkpoint once appends stop.
 	var size uint64
@@ -631,50 +639,20 @@ func (h *crashHarness) verifyLog(ctx context.Context, d *daemon, name string) {
 		}
 	}
 
-	// Every entry by index: leaf hashes recomputed, no id twice.
-	entries := make([]entryJSON, size)
-	var firstErr atomic.Pointer[error]
-	var next atomic.Uint64
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1) - 1
-				if i >= size || firstErr.Load() != nil {
-					return
-				}
-				if err := d.getJSON(ctx, fmt.Sprintf("/v1/logs/%s/entries/%d", name, i), &entries[i]); err != nil {
-					firstErr.CompareAndSwap(nil, &err)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if p := firstErr.Load(); p != nil {
-		t.Fatalf("log %s: reading entries: %v", name, *p)
-	}
-	leafHashes := make([]tlog.Hash, size)
+	// Every entry by index, no id twice.
 	at := map[string]uint64{}
-	for i := range entries {
-		e := &entries[i]
-		if e.Index != uint64(i) {
-			t.Errorf("log %s: entry %d says index %d", name, i, e.Index)
+	for next := uint64(0); next < size; {
+		es, err := cl.Entries(ctx, name, next, size)
+		if err != nil || len(es) == 0 {
+			t.Fatalf("log %s: entries from %d: %d, %v", name, next, len(es), err)
 		}
-		leaf, err := base64.StdEncoding.DecodeString(e.Leaf)
-		if err != nil {
-			t.Errorf("log %s: entry %d: leaf %q: %v", name, i, e.Leaf, err)
-			continue
+		for _, e := range es {
+			if j, dup := at[e.ID]; dup {
+				t.Errorf("log %s: id %s is held twice, at index %d and %d", name, e.ID, j, e.Index)
+			}
+			at[e.ID] = e.Index
 		}
-		leafHashes[i] = tlog.RecordHash(leaf)
-		if leafHashes[i].String() != e.LeafHash {
-			t.Errorf("log %s: entry %d: leaf_hash %s, recomputed %s", name, i, e.LeafHash, leafHashes[i])
-		}
-		if j, dup := at[e.ID]; dup {
-			t.Errorf("log %s: id %s is held twice, at index %d and %d", name, e.ID, j, i)
-		}
-		at[e.ID] = uint64(i)
+		next += uint64(len(es))
 	}
 
 	// Every acknowledged id at its acknowledged index, by id and by index;
@@ -717,7 +695,8 @@ func (h *crashHarness) verifyLog(ctx context.Context, d *daemon, name string) {
 			break
 		}
 	}
-	next.Store(0)
+	var next atomic.Uint64
+	var wg sync.WaitGroup
 	for range 8 {
 		wg.Add(1)
 		go func() {
@@ -733,44 +712,28 @@ func (h *crashHarness) verifyLog(ctx context.Context, d *daemon, name string) {
 	}
 	wg.Wait()
 
-	// The tree recomputed with tlog, independently of auditd's merkle code.
-	stored := make([]tlog.Hash, 0, tlog.StoredHashCount(int64(size)))
-	reader := tlog.HashReaderFunc(func(idx []int64) ([]tlog.Hash, error) {
-		out := make([]tlog.Hash, len(idx))
-		for i, x := range idx {
-			if x >= int64(len(stored)) {
-				return nil, fmt.Errorf("stored hash %d not computed", x)
-			}
-			out[i] = stored[x]
+	// The scrub and the checkpoint audit, remote.
+	src := checkers.OnlyLog(checkers.RemoteSource(cl), name)
+	var findings crashFindings
+	for _, c := range []checkers.Checker{checkers.NewScrub(src, verifier), checkers.NewCheckpointAudit(src, verifier)} {
+		if err := c.Run(ctx, &findings); err != nil {
+			t.Fatalf("log %s: %s: %v", name, c.Name(), err)
 		}
-		return out, nil
-	})
-	for i, lh := range leafHashes {
-		hs, err := tlog.StoredHashesForRecordHash(int64(i), lh, reader)
-		if err != nil {
-			t.Fatalf("log %s: tlog stored hashes at %d: %v", name, i, err)
-		}
-		stored = append(stored, hs...)
 	}
-	rootAt := func(n uint64) tlog.Hash {
-		r, err := tlog.TreeHash(int64(n), reader)
-		if err != nil {
-			t.Fatalf("log %s: tlog tree hash at %d: %v", name, n, err)
-		}
-		return r
+	for _, f := range findings.list {
+		t.Errorf("log %s: %v", name, f)
+	}
+	if findings.entries != size {
+		t.Errorf("log %s: the scrub checked %d entries of %d", name, findings.entries, size)
 	}
 
-	// The checkpoint history: signed, strictly growing, each matching the
-	// recomputed tree and consistent with the one before.
-	type cpJSON struct {
-		Size     uint64 `json:"size"`
-		RootHash string `json:"root_hash"`
-		Note     string `json:"note"`
-	}
-	var history []cpJSON
+	// The checkpoint history: the latest covers the tree, and every
+	// checkpoint the daemon published during the run is still stored.
+	notes := map[string]bool{}
+	var history []client.StoredCheckpoint
 	for from := uint64(0); ; {
-		var page []cpJSON
-		if err := d.getJSON(ctx, fmt.Sprintf("/v1/logs/%s/checkpoints?from=%d&limit=1000", name, from), &page); err != nil {
+		page, err := cl.Checkpoints(ctx, name, from, 1000)
+		if err != nil {
 			t.Fatalf("log %s: checkpoints: %v", name, err)
 		}
 		history = append(history, page...)
@@ -782,63 +745,12 @@ func (h *crashHarness) verifyLog(ctx context.Context, d *daemon, name string) {
 	if len(history) == 0 {
 		t.Fatalf("log %s: no checkpoints stored", name)
 	}
-	origin := verifier.Name() + "/" + name
-	var prevSize uint64
-	var prevRoot tlog.Hash
-	notes := map[string]bool{}
-	for k, c := range history {
-		n, err := note.Open([]byte(c.Note), note.VerifierList(verifier))
-		if err != nil {
-			t.Errorf("log %s: checkpoint %d (size %d): signature: %v", name, k, c.Size, err)
-			continue
-		}
+	for _, c := range history {
 		notes[c.Note] = true
-		gotOrigin, sz, root, err := parseCheckpointText(n.Text)
-		if err != nil {
-			t.Errorf("log %s: checkpoint %d: %v", name, k, err)
-			continue
-		}
-		if gotOrigin != origin || sz != c.Size || root.String() != c.RootHash {
-			t.Errorf("log %s: checkpoint %d: note says %q size %d root %s; listed as size %d root %s (origin want %q)",
-				name, k, gotOrigin, sz, root, c.Size, c.RootHash, origin)
-		}
-		if sz > size {
-			t.Errorf("log %s: checkpoint of size %d beyond the tree of size %d", name, sz, size)
-			continue
-		}
-		if want := rootAt(sz); root != want {
-			t.Errorf("log %s: checkpoint at size %d has root %s; the entries give %s", name, sz, root, want)
-		}
-		if k > 0 {
-			if sz <= prevSize {
-				t.Errorf("log %s: checkpoint sizes do not increase: %d then %d", name, prevSize, sz)
-				continue
-			}
-			if prevSize > 0 {
-				var proof struct {
-					Hashes []string `json:"hashes"`
-				}
-				if err := d.getJSON(ctx, fmt.Sprintf("/v1/logs/%s/proof/consistency?from=%d&to=%d", name, prevSize, sz), &proof); err != nil {
-					t.Errorf("log %s: consistency %d->%d: %v", name, prevSize, sz, err)
-				} else {
-					tp := make(tlog.TreeProof, len(proof.Hashes))
-					for j, s := range proof.Hashes {
-						if tp[j], err = tlog.ParseHash(s); err != nil {
-							t.Errorf("log %s: consistency %d->%d: hash %q: %v", name, prevSize, sz, s, err)
-						}
-					}
-					if err := tlog.CheckTree(tp, int64(sz), root, int64(prevSize), prevRoot); err != nil {
-						t.Errorf("log %s: checkpoints at sizes %d and %d are not consistent: %v", name, prevSize, sz, err)
-					}
-				}
-			}
-		}
-		prevSize, prevRoot = sz, root
 	}
 	if last := history[len(history)-1]; last.Size != size {
 		t.Errorf("log %s: latest stored checkpoint has size %d, the tree %d", name, last.Size, size)
 	}
-	// Every checkpoint the daemon published during the run is still stored.
 	h.mu.Lock()
 	seen := slices.Collect(maps.Keys(h.seenCPs[name]))
 	h.mu.Unlock()
@@ -847,8 +759,27 @@ func (h *crashHarness) verifyLog(ctx context.Context, d *daemon, name string) {
 			t.Errorf("log %s: a checkpoint published during the run is not in the stored history:\n%s", name, s)
 		}
 	}
-	t.Logf("log %s: %d entries (%d acknowledged), %d checkpoints, %d consistency proofs verified, root %s",
-		name, size, len(ackedHere), len(history), len(history)-1, rootAt(size))
+	t.Logf("log %s: %d entries (%d acknowledged), %d checkpoints; scrub and checkpoint audit clean", name, size, len(ackedHere), len(history))
+}
+
+// crashFindings is a checkers.Progress that keeps the findings.
+type crashFindings struct {
+	mu      sync.Mutex
+	list    []checkers.Finding
+	entries uint64
+}
+
+func (c *crashFindings) Checked(ctx context.Context, n int) error {
+	c.mu.Lock()
+	c.entries += uint64(n)
+	c.mu.Unlock()
+	return ctx.Err()
+}
+
+func (c *crashFindings) Found(f checkers.Finding) {
+	c.mu.Lock()
+	c.list = append(c.list, f)
+	c.mu.Unlock()
 }
 
 // parseCheckpointText parses a C2SP checkpoint body: origin, decimal size,

@@ -208,6 +208,7 @@ func TestFsck(t *testing.T) {
 
 	t.Run("clean", func(t *testing.T) {
 		dir := copyStore(t, clean)
+		before := dirContents(t, dir)
 		code, out, stderr := runFsckBin(t, bin, "--data-dir", dir, "--json")
 		if code != 0 {
 			t.Fatalf("exit %d, want 0\n%s\n%s", code, out, stderr)
@@ -219,11 +220,21 @@ func TestFsck(t *testing.T) {
 		if !bytes.Contains(out, []byte(`"findings": []`)) {
 			t.Errorf("findings is not an empty list: %s", out)
 		}
-		// Text mode, and the store is left as it was: a second run agrees,
-		// and the daemon's own Open still accepts it.
+		// Text mode; and fsck wrote nothing: every file is as it was.
 		code, text, _ := runFsckBin(t, bin, "--data-dir", dir)
 		if code != 0 || len(text) != 0 {
 			t.Errorf("text mode: exit %d, output %q", code, text)
+		}
+		after := dirContents(t, dir)
+		for name, b := range before {
+			if after[name] != b {
+				t.Errorf("fsck changed %s", name)
+			}
+		}
+		for name := range after {
+			if _, ok := before[name]; !ok {
+				t.Errorf("fsck created %s", name)
+			}
 		}
 	})
 
@@ -359,4 +370,25 @@ func editStore(t *testing.T, dir, log string, fn func(db *pebble.DB, id uint32))
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// dirContents reads every file of a store directory.
+func dirContents(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range es {
+		if e.IsDir() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[e.Name()] = string(b)
+	}
+	return out
 }

@@ -130,7 +130,8 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 
 	var kafka *ingest.Kafka
 	if cfg.Kafka != nil {
-		if kafka, err = ingest.NewKafka(store, *cfg.Kafka, logger); err != nil {
+		kcfg := cfg.kafkaConfig(key.vkey)
+		if kafka, err = ingest.NewKafka(store, kcfg, logger); err != nil {
 			return err
 		}
 		for _, c := range kafka.Collectors() {
@@ -152,7 +153,7 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 			cancel()
 			<-kdone
 		}()
-		logger.Info("consuming Kafka", "brokers", cfg.Kafka.Brokers, "topics", cfg.Kafka.Topics, "group", cfg.Kafka.Group)
+		logger.Info("consuming Kafka", "brokers", cfg.Kafka.Brokers, "topics", cfg.Kafka.Topics, "group", cfg.Kafka.Group, "instance_id", kcfg.InstanceID)
 	}
 	opts := api.Options{
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxEvents: cfg.MaxEvents, MaxPayloadBytes: cfg.MaxPayloadBytes,

@@ -66,6 +66,8 @@ type Options struct {
 	SourceStatus func(log string) (any, bool)
 	// Derivations serves /v1/derivations, if set.
 	Derivations Derivations
+	// Checks serves /v1/checks, if set (see checkRoutes).
+	Checks Checks
 	// Ready, if set, is asked by /readyz: an error means not ready (for
 	// example a Kafka source that cannot reach its brokers).
 	Ready func() error
@@ -155,6 +157,7 @@ func (s *Server) routes() http.Handler {
 		r.With(s.auth(false)).Get("/logs", s.listLogs)
 		r.With(s.auth(false)).Route("/alerts", s.alertRoutes)
 		r.Route("/derivations", s.derivationRoutes)
+		r.Route("/checks", s.checkRoutes)
 		r.Route("/logs/{log}", func(r chi.Router) {
 			r.With(s.auth(true)).Post("/entries", s.postEntries)
 			r.Group(func(r chi.Router) {

@@ -191,6 +191,12 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 	} else {
 		dcancel()
 	}
+	checks, stopChecks, err := startChecks(store, key.verifier, cfg.Checks, alerts, auditdReg, logger)
+	if err != nil {
+		return err
+	}
+	defer stopChecks() // runs before the ledger closes
+	opts.Checks = checks
 	if kafka != nil {
 		opts.SourceStatus = func(log string) (any, bool) { return kafka.Status(log) }
 		opts.Ready = kafka.Ready

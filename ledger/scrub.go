@@ -262,8 +262,14 @@ type ScannedEntry struct {
 	Err *IntegrityError
 }
 
-// scanBatchSize is the entries of one batch handed to Scan's callback.
-const scanBatchSize = 4096
+// A batch handed to Scan's callback holds scanBatchSize entries, or fewer
+// once their stored bytes reach scanBatchBytes: with 4 batches in flight a
+// scan of large payloads holds about 4 x scanBatchBytes (plus one entry
+// each), never 4 x 4,096 payloads.
+const (
+	scanBatchSize  = 4096
+	scanBatchBytes = 1 << 20
+)
 
 // Scan reads the stored entries [from, to) in one pass of one iterator and
 // calls fn with them in index order, in batches. The payload and leaf
@@ -375,7 +381,7 @@ func (r *RawLog) read(ctx context.Context, from, to uint64, free <-chan *scanBat
 	want := from
 	add := func(idx uint64, v []byte, present bool) bool {
 		b.add(idx, v, present)
-		if len(b.ents) == scanBatchSize {
+		if len(b.ents) == scanBatchSize || len(b.vals) >= scanBatchBytes {
 			return flush() && get()
 		}
 		return true

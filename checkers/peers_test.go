@@ -325,6 +325,62 @@ func TestPeerBadCheckpoint(t *testing.T) {
 	})
 }
 
+// TestPeerOrigins: a C2SP server with its own key and origin for the log
+// agrees when configured with that origin, is peer_checkpoint_bad
+// without it; its checkpoint of the empty tree must carry the empty root.
+func TestPeerOrigins(t *testing.T) {
+	us := newPeerNode(t, newKey(t))
+	us.fill(t, peerLog, 0, 20, honestEntry)
+	l, err := us.store.Log(peerLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := newKey(t)
+	signed := func(size uint64, root merkle.Hash) []byte {
+		b, err := merkle.Checkpoint{Origin: "example.com/pay/0", Size: size, Root: root}.Sign(other.signer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	root := l.Checkpoint().Root
+	mapped := checkers.Peer{URL: peerStub(t, signed(20, root), ""), Verifier: other.verifier,
+		Origins: map[string]string{peerLog: "example.com/pay/0"}}
+	if c, err := crossCheck(t, us, mapped); err != nil || len(c.findings) != 0 {
+		t.Fatalf("mapped origin: findings %v, err %v", c.findings, err)
+	}
+	unmapped := mapped
+	unmapped.Origins = nil
+	if c, err := crossCheck(t, us, unmapped); err != nil || len(c.findings) != 1 || c.findings[0].Kind != ledger.IntegrityPeerCheckpointBad {
+		t.Fatalf("unmapped origin: findings %v, err %v", c.findings, err)
+	}
+	prefixed := unmapped
+	prefixed.OriginPrefix = "example.com/"
+	if c, err := crossCheck(t, us, prefixed); err != nil || len(c.findings) != 1 || c.findings[0].Kind != ledger.IntegrityPeerCheckpointBad {
+		t.Fatalf("wrong prefix: findings %v, err %v", c.findings, err)
+	}
+	for _, tc := range []struct {
+		name string
+		size uint64
+		root merkle.Hash
+		fork bool
+	}{
+		{"empty tree", 0, merkle.EmptyRoot(), false},
+		{"empty tree, another root", 0, root, true},
+		{"our size, our root flipped", 20, merkle.Hash{1}, true},
+	} {
+		p := mapped
+		p.URL = peerStub(t, signed(tc.size, tc.root), "")
+		c, err := crossCheck(t, us, p)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := len(c.findings) == 1 && c.findings[0].Kind == ledger.IntegrityFork; got != tc.fork || (!tc.fork && len(c.findings) != 0) {
+			t.Fatalf("%s: findings %v, want fork %v", tc.name, c.findings, tc.fork)
+		}
+	}
+}
+
 // TestPeerConfig: a peer listed twice, by URL or by key and origins, a
 // peer that is this instance, and peers without URL or key are refused.
 func TestPeerConfig(t *testing.T) {

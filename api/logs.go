@@ -28,10 +28,17 @@ type logOut struct {
 }
 
 func (s *Server) listLogs(w http.ResponseWriter, r *http.Request) {
-	infos := s.store.Logs()
+	infos, next, err := pageLogs(s.store.Logs(), r)
+	if err != nil {
+		s.badParam(w, err)
+		return
+	}
 	out := make([]logOut, len(infos))
 	for i, li := range infos {
 		out[i] = logOut{Name: li.Name, Size: li.Size, RootHash: li.Root}
+	}
+	if next != "" {
+		w.Header().Set("Link", "<"+next+`>; rel="next"`)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -98,7 +105,7 @@ func (s *Server) postEntries(w http.ResponseWriter, r *http.Request) {
 	name := chi.URLParam(r, "log")
 	wait := r.URL.Query().Get("wait")
 	if wait != "" && wait != "checkpoint" {
-		writeError(w, http.StatusBadRequest, "invalid_parameter", fmt.Sprintf("wait=%q: the only value is \"checkpoint\"", wait), nil)
+		writeError(w, http.StatusBadRequest, "invalid_parameter", fmt.Sprintf("wait=%s: the only value is \"checkpoint\"", echo(wait)), nil)
 		return
 	}
 	l, err := s.store.Log(name)
@@ -112,25 +119,27 @@ func (s *Server) postEntries(w http.ResponseWriter, r *http.Request) {
 		s.writeErr(w, r, err)
 		return
 	}
+	if l == nil && s.tooManyLogs(w) {
+		return
+	}
 	if l != nil && l.SourcePosition() != nil {
 		// One entry per source offset: a log a Kafka partition feeds takes
 		// nothing else.
 		writeError(w, http.StatusConflict, "source_log", fmt.Sprintf("log %s is fed by a Kafka partition; it takes no entries over HTTP", name), nil)
 		return
 	}
-	select {
-	case s.writes <- struct{}{}:
-		defer func() { <-s.writes }()
-	case <-r.Context().Done():
-		writeError(w, http.StatusServiceUnavailable, "timeout", "request ended while waiting for a write slot", nil)
+	release, ok := s.admitWrite(w, r)
+	if !ok {
 		return
 	}
+	defer release()
 	body := http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
 	entries, err := ingest.Decode(body, ingest.Limits{MaxEvents: s.opts.MaxEvents, MaxPayload: s.opts.MaxPayloadBytes})
 	if err != nil {
 		s.writeErr(w, r, err)
 		return
 	}
+	bodyRead(w)
 	if l == nil {
 		// The log comes into existence with its first successful append:
 		// a refused request leaves no trace.
@@ -144,6 +153,7 @@ func (s *Server) postEntries(w http.ResponseWriter, r *http.Request) {
 		s.writeErr(w, r, err)
 		return
 	}
+	release() // the body is in the ledger; waiting for a checkpoint holds no slot
 	out := appendOut{Size: res.Size, Entries: make([]appendedOut, len(res.Entries))}
 	for i, a := range res.Entries {
 		out.Entries[i] = appendedOut{Index: a.Index, ID: a.ID, LeafHash: a.LeafHash, Duplicate: a.Duplicate}
@@ -160,12 +170,20 @@ func (s *Server) postEntries(w http.ResponseWriter, r *http.Request) {
 		}
 		out.Checkpoint = string(cp.Note)
 		for i := range out.Entries {
-			p, err := l.InclusionProof(out.Entries[i].Index, cp.Size)
+			e := &out.Entries[i]
+			// Verified against the root the log vouches for (the checkpoint
+			// just served): a stored hash on the path that was altered is
+			// an integrity error, never a wrong proof.
+			leaf, p, err := l.VerifiedLeafInclusion(e.Index, cp.Size)
 			if err != nil {
 				s.writeErr(w, r, err)
 				return
 			}
-			out.Entries[i].InclusionProof = p
+			if leaf != e.LeafHash {
+				s.writeErr(w, r, fmt.Errorf("ledger: %s: leaf %d of the tree is %s, the append gave %s", l.Name(), e.Index, leaf, e.LeafHash))
+				return
+			}
+			e.InclusionProof = p
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -269,7 +287,7 @@ func (s *Server) listEntries(w http.ResponseWriter, r *http.Request, l *ledger.L
 		s.badParam(w, err)
 		return
 	}
-	end := start + 1000
+	end := start + min(1000, ^uint64(0)-start) // no wrap past 2^64-1
 	if q.Has("end") {
 		if end, err = parseUint("end", q.Get("end")); err != nil {
 			s.badParam(w, err)
@@ -383,7 +401,7 @@ func (s *Server) getInclusion(w http.ResponseWriter, r *http.Request) {
 	case q.Has("hash"):
 		h, err := merkle.ParseHash(q.Get("hash"))
 		if err != nil {
-			s.badParam(w, fmt.Errorf("hash: %v", err))
+			s.badParam(w, fmt.Errorf("hash=%s is not a base64 SHA-256 hash", echo(q.Get("hash"))))
 			return
 		}
 		if index, err = l.IndexByLeafHash(h); err != nil {
@@ -410,7 +428,10 @@ func (s *Server) getInclusion(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "out_of_range", fmt.Sprintf("index %d is not below tree size %d", index, out.Size), nil)
 		return
 	}
-	leaf, hashes, err := l.LeafInclusion(index, out.Size)
+	// The proof is verified against the signed checkpoint (or the root the
+	// log vouches for at size) before it is served: an altered hash on its
+	// path answers integrity, never a wrong proof.
+	leaf, hashes, err := l.VerifiedLeafInclusion(index, out.Size)
 	if err != nil {
 		s.writeErr(w, r, err)
 		return
@@ -483,7 +504,7 @@ func (s *Server) getTile(w http.ResponseWriter, r *http.Request) {
 // parseTilePath parses "<L>/<N>[.p/<W>]" where N is written in 3-digit
 // path elements, all but the last prefixed with "x".
 func parseTilePath(p string) (level uint8, n uint64, width int, err error) {
-	bad := fmt.Errorf("tile path %q is not <L>/<N>[.p/<W>]", p)
+	bad := fmt.Errorf("tile path %s is not <L>/<N>[.p/<W>]", echo(p))
 	parts := strings.Split(p, "/")
 	if len(parts) < 2 {
 		return 0, 0, 0, bad
@@ -505,6 +526,9 @@ func parseTilePath(p string) (level uint8, n uint64, width int, err error) {
 		width = wv
 		rest = rest[:len(rest)-1]
 		rest[len(rest)-1] = strings.TrimSuffix(rest[len(rest)-1], ".p")
+	}
+	if len(rest) > 1 && rest[0] == "x000" {
+		return 0, 0, 0, bad // N is written without leading zero elements
 	}
 	for i, el := range rest {
 		if i < len(rest)-1 {
@@ -535,7 +559,7 @@ func parseUint(name, v string) (uint64, error) {
 	}
 	n, err := strconv.ParseUint(v, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%s=%q is not a non-negative integer", name, v)
+		return 0, fmt.Errorf("%s=%s is not a non-negative integer", name, echo(v))
 	}
 	return n, nil
 }

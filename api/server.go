@@ -30,17 +30,31 @@ type Options struct {
 	// MaxPayloadBytes bounds one event's payload (default 1 MiB).
 	MaxPayloadBytes int
 	// WriteToken, if set, is the bearer token POST requests must carry.
+	// With only ReadToken set, POSTs must carry the read token: writes are
+	// never open when any token is set.
 	WriteToken string
 	// ReadToken, if set, is the bearer token read requests must carry
 	// (the write token is accepted too). Reads are public by default.
 	ReadToken string
 	// CreateLogs lets a POST to an unknown log create it.
 	CreateLogs bool
+	// MaxLogs, if positive, bounds the logs a POST may create: past it a
+	// POST to a new name gets 403 too_many_logs.
+	MaxLogs int
 	// MaxConcurrentWrites bounds the POSTs decoded at once, and so the
 	// memory bodies take (default 16); others wait their turn.
 	MaxConcurrentWrites int
 	// WaitTimeout bounds ?wait=checkpoint (default 30s).
 	WaitTimeout time.Duration
+	// BodyTimeout bounds the time a POST body takes to arrive once its
+	// write slot is granted (default 30s); a slower body gets 408 and its
+	// slot back.
+	BodyTimeout time.Duration
+	// MaxInflightBytes bounds the bytes of the POST bodies being decoded
+	// and appended at once, across requests (default 4 x MaxBodyBytes). A
+	// POST takes its Content-Length (MaxBodyBytes without one) from it
+	// before reading its body, and waits while it is spent.
+	MaxInflightBytes int64
 	// Metrics serves /metrics, if set.
 	Metrics http.Handler
 	Logger  *slog.Logger
@@ -52,6 +66,8 @@ type Options struct {
 	SourceStatus func(log string) (any, bool)
 	// Derivations serves /v1/derivations, if set.
 	Derivations Derivations
+	// Checks serves /v1/checks, if set (see checkRoutes).
+	Checks Checks
 	// Ready, if set, is asked by /readyz: an error means not ready (for
 	// example a Kafka source that cannot reach its brokers).
 	Ready func() error
@@ -67,6 +83,7 @@ type Server struct {
 	duration *prometheus.HistogramVec
 	handler  http.Handler
 	writes   chan struct{} // a slot per POST being decoded and appended
+	budget   *byteBudget   // bytes of the bodies being decoded and appended
 }
 
 // New returns a server for store. verifierKey is the signed-note verifier
@@ -87,6 +104,12 @@ func New(store *ledger.Store, verifierKey string, opts Options) *Server {
 	if opts.WaitTimeout <= 0 {
 		opts.WaitTimeout = 30 * time.Second
 	}
+	if opts.BodyTimeout <= 0 {
+		opts.BodyTimeout = 30 * time.Second
+	}
+	if opts.MaxInflightBytes <= 0 {
+		opts.MaxInflightBytes = 4 * opts.MaxBodyBytes
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -101,6 +124,7 @@ func New(store *ledger.Store, verifierKey string, opts Options) *Server {
 		}, []string{"route"}),
 	}
 	s.writes = make(chan struct{}, opts.MaxConcurrentWrites)
+	s.budget = newByteBudget(opts.MaxInflightBytes)
 	s.handler = s.routes()
 	return s
 }
@@ -125,13 +149,15 @@ func (s *Server) routes() http.Handler {
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
 	if s.opts.Metrics != nil {
-		r.Method(http.MethodGet, "/metrics", s.opts.Metrics)
+		// Metrics name every log: behind the read token when there is one.
+		r.With(s.auth(false)).Method(http.MethodGet, "/metrics", s.opts.Metrics)
 	}
 	r.Route("/v1", func(r chi.Router) {
 		r.With(s.auth(false)).Get("/verifier", s.getVerifier)
 		r.With(s.auth(false)).Get("/logs", s.listLogs)
 		r.With(s.auth(false)).Route("/alerts", s.alertRoutes)
 		r.Route("/derivations", s.derivationRoutes)
+		r.Route("/checks", s.checkRoutes)
 		r.Route("/logs/{log}", func(r chi.Router) {
 			r.With(s.auth(true)).Post("/entries", s.postEntries)
 			r.Group(func(r chi.Router) {
@@ -182,8 +208,12 @@ func (s *Server) auth(write bool) func(http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			var ok bool
 			switch {
-			case write && s.opts.WriteToken == "":
+			case write && s.opts.WriteToken == "" && s.opts.ReadToken == "":
 				ok = true
+			case write && s.opts.WriteToken == "":
+				// A read token alone protects writes too: a deployment that
+				// guards reads never leaves writes open.
+				ok = tokenIs(r, s.opts.ReadToken)
 			case write:
 				ok = tokenIs(r, s.opts.WriteToken)
 			case s.opts.ReadToken == "":
@@ -219,12 +249,25 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 			failed = append(failed, li.Name+": "+l.Err().Error())
 		}
 	}
+	// With reads protected, the unauthenticated probe learns only ready or
+	// not: no log names, no error text (the log has them).
+	private := s.opts.ReadToken != ""
 	if len(failed) > 0 {
+		if private {
+			s.log.Debug("not ready", "failed_logs", failed)
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not ready"})
+			return
+		}
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not ready", "failed_logs": failed})
 		return
 	}
 	if s.opts.Ready != nil {
 		if err := s.opts.Ready(); err != nil {
+			if private {
+				s.log.Debug("not ready", "err", err)
+				writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not ready"})
+				return
+			}
 			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not ready", "error": err.Error()})
 			return
 		}
@@ -238,7 +281,7 @@ func (s *Server) getVerifier(w http.ResponseWriter, r *http.Request) {
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string, extra map[string]any) {
-	body := map[string]any{"error": msg, "code": code}
+	body := map[string]any{"error": capMessage(msg), "code": code}
 	for k, v := range extra {
 		body[k] = v
 	}
@@ -269,6 +312,10 @@ func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 			extra["index"] = conflict.Index
 		}
 		writeError(w, http.StatusConflict, "id_conflict", conflict.Error(), extra)
+		s.raiseConflict(conflict)
+	case isBodyTimeout(err):
+		writeError(w, http.StatusRequestTimeout, "body_timeout",
+			"the request body did not arrive within "+s.opts.BodyTimeout.String(), map[string]any{"timeout_seconds": s.opts.BodyTimeout.Seconds()})
 	case errors.As(err, &tooBig):
 		writeError(w, http.StatusRequestEntityTooLarge, "body_too_large",
 			"request body exceeds "+itoa(uint64(tooBig.Limit))+" bytes", map[string]any{"limit": tooBig.Limit})
@@ -277,7 +324,14 @@ func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 		if decode.Item >= 0 {
 			extra["item"] = decode.Item
 		}
-		writeError(w, http.StatusBadRequest, "malformed_body", decode.Error(), extra)
+		switch decode.Exceeds {
+		case "payload", "events":
+			extra["limit"] = decode.Limit
+			code := map[string]string{"payload": "payload_too_large", "events": "too_many_events"}[decode.Exceeds]
+			writeError(w, http.StatusRequestEntityTooLarge, code, decode.Error(), extra)
+		default:
+			writeError(w, http.StatusBadRequest, "malformed_body", decode.Error(), extra)
+		}
 	case errors.Is(err, ingest.ErrEmpty):
 		writeError(w, http.StatusBadRequest, "empty_batch", "the request holds no events", nil)
 	case errors.Is(err, ledger.ErrLogNotFound):

@@ -326,21 +326,34 @@ func (c *Client) ProveConsistency(ctx context.Context, log string, older, newer 
 	return nil
 }
 
-// Logs lists the names of the server's logs.
+// Logs lists the names of the server's logs, following its pages.
 func (c *Client) Logs(ctx context.Context) ([]string, error) {
-	b, err := c.get(ctx, "/v1/logs", nil)
-	if err != nil {
-		return nil, err
+	var names []string
+	var q url.Values
+	for {
+		b, err := c.get(ctx, "/v1/logs", q)
+		if err != nil {
+			return nil, err
+		}
+		var out []struct {
+			Name string `json:"name"`
+		}
+		if err := json.Unmarshal(b, &out); err != nil {
+			return nil, fmt.Errorf("logs: %w", err)
+		}
+		after := q.Get("after")
+		for _, l := range out {
+			if q != nil && l.Name <= after {
+				return names, nil // a server without pages answered the whole list again
+			}
+			names = append(names, l.Name)
+		}
+		if len(out) < logsPage {
+			return names, nil
+		}
+		q = url.Values{"after": {out[len(out)-1].Name}}
 	}
-	var out []struct {
-		Name string `json:"name"`
-	}
-	if err := json.Unmarshal(b, &out); err != nil {
-		return nil, fmt.Errorf("logs: %w", err)
-	}
-	names := make([]string, len(out))
-	for i, l := range out {
-		names[i] = l.Name
-	}
-	return names, nil
 }
+
+// logsPage is the server's page of GET /v1/logs: a shorter page is the last.
+const logsPage = 1000

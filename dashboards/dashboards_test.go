@@ -16,6 +16,7 @@ import (
 
 	"github.com/auditd/auditd/alert"
 	"github.com/auditd/auditd/api"
+	"github.com/auditd/auditd/checkers"
 	"github.com/auditd/auditd/ingest"
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/rederive"
@@ -54,6 +55,7 @@ func exported(t *testing.T) map[string]bool {
 	cs = append(cs, rederive.NewMetrics().Collectors()...)
 	cs = append(cs, alerts.Collectors()...)
 	cs = append(cs, api.New(store, vkey, api.Options{}).Collectors()...)
+	cs = append(cs, checkers.NewRunner(kv, checkers.Options{}).Collectors()...)
 	names := map[string]bool{}
 	re := regexp.MustCompile(`fqName: "([^"]+)"`)
 	for _, c := range cs {

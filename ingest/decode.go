@@ -37,6 +37,11 @@ type DecodeError struct {
 	Line int // 1-based line of the body where the problem is
 	Item int // 0-based position of the event, -1 if not known
 	Err  string
+	// Exceeds names the limit the body goes over ("payload" or "events"),
+	// "" when it is malformed; Limit is that limit. A body over a limit is
+	// well formed but larger than the server takes (HTTP 413, not 400).
+	Exceeds string
+	Limit   int
 }
 
 func (e *DecodeError) Error() string {
@@ -108,14 +113,17 @@ func peekNonSpace(br *bufio.Reader) (byte, int, error) {
 }
 
 // lineCounter counts the newlines of everything read through it, so decode
-// errors can name a line.
+// errors can name a line. It keeps only the bytes from the current event on
+// (drop forgets those before it), not a copy of the whole body.
 type lineCounter struct {
 	r   io.Reader
-	buf []byte // everything read, for mapping offsets to lines
+	buf []byte // buf[head:] holds the bytes from offset base on
 	err error  // the reader's last error other than EOF
-	// lastOff and lastLines cache the newlines counted up to an offset.
-	lastOff   int64
-	lastLines int
+	// head is where offset base sits in buf; lines counts the newlines
+	// before base.
+	head  int
+	base  int64
+	lines int
 }
 
 func (c *lineCounter) Read(p []byte) (int, error) {
@@ -127,18 +135,54 @@ func (c *lineCounter) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// lineAt returns the 1-based line of byte offset off. Offsets asked in
-// increasing order are counted incrementally.
+// window returns the bytes kept from offset off (clamped to what is kept).
+func (c *lineCounter) window(off int64) []byte {
+	live := c.buf[c.head:]
+	i := min(max(off-c.base, 0), int64(len(live)))
+	return live[i:]
+}
+
+// bytes returns the bytes kept in [from, to).
+func (c *lineCounter) bytes(from, to int64) []byte {
+	w := c.window(from)
+	return w[:min(max(to-max(from, c.base), 0), int64(len(w)))]
+}
+
+// lineAt returns the 1-based line of byte offset off (at or after the
+// last drop).
 func (c *lineCounter) lineAt(off int64) int {
-	if off > int64(len(c.buf)) {
-		off = int64(len(c.buf))
+	return 1 + c.lines + bytes.Count(c.bytes(c.base, off), []byte{'\n'})
+}
+
+// drop forgets the bytes before off, counting their newlines. The buffer
+// is compacted once most of it is dropped, so dropping costs O(1) per byte.
+func (c *lineCounter) drop(off int64) {
+	if off <= c.base {
+		return
 	}
-	if off < c.lastOff {
-		c.lastOff, c.lastLines = 0, 0
+	gone := c.bytes(c.base, off)
+	c.lines += bytes.Count(gone, []byte{'\n'})
+	c.head += len(gone)
+	c.base += int64(len(gone))
+	if c.head > len(c.buf)/2 {
+		n := copy(c.buf, c.buf[c.head:])
+		c.buf, c.head = c.buf[:n], 0
 	}
-	c.lastLines += bytes.Count(c.buf[c.lastOff:off], []byte{'\n'})
-	c.lastOff = off
-	return 1 + c.lastLines
+}
+
+// leadingNewlines counts the newlines between off and the next token.
+func (c *lineCounter) leadingNewlines(off int64) int {
+	n := 0
+	for _, b := range c.window(off) {
+		switch b {
+		case '\n':
+			n++
+		case ' ', '\t', '\r', ',':
+		default:
+			return n
+		}
+	}
+	return n
 }
 
 func decodeArray(r io.Reader, lim Limits) ([]ledger.Entry, error) {
@@ -153,7 +197,10 @@ func decodeArray(r io.Reader, lim Limits) ([]ledger.Entry, error) {
 		if lc.err != nil && errors.Is(err, lc.err) {
 			return err // the body could not be read (too large, cut off)
 		}
+		var fe *fieldError
 		switch {
+		case errors.As(err, &fe):
+			off = start + fieldOffset(lc.bytes(start, off), fe.field)
 		case errors.As(err, &se):
 			off = se.Offset // from the start of the stream
 		case errors.As(err, &te):
@@ -168,16 +215,17 @@ func decodeArray(r io.Reader, lim Limits) ([]ledger.Entry, error) {
 	for i := 0; dec.More(); i++ {
 		if lim.MaxEvents > 0 && i >= lim.MaxEvents {
 			off := dec.InputOffset()
-			return nil, &DecodeError{Line: lc.lineAt(off) + leadingNewlines(lc.buf, off), Item: i, Err: fmt.Sprintf("more than %d events in one request", lim.MaxEvents)}
+			return nil, &DecodeError{Line: lc.lineAt(off) + lc.leadingNewlines(off), Item: i, Err: fmt.Sprintf("more than %d events in one request", lim.MaxEvents), Exceeds: "events", Limit: lim.MaxEvents}
 		}
 		start = dec.InputOffset()
-		var ev Event
+		lc.drop(start)
+		var ev wireEvent
 		if err := dec.Decode(&ev); err != nil {
 			return nil, fail(i, err)
 		}
-		e, err := ev.Entry(lim)
+		e, err := ev.entry(lim)
 		if err != nil {
-			return nil, &DecodeError{Line: lc.lineAt(start) + leadingNewlines(lc.buf, start), Item: i, Err: err.Error()}
+			return nil, exceeds(&DecodeError{Line: lc.lineAt(start) + lc.leadingNewlines(start), Item: i, Err: err.Error()}, err)
 		}
 		out = append(out, e)
 	}
@@ -188,21 +236,6 @@ func decodeArray(r io.Reader, lim Limits) ([]ledger.Entry, error) {
 		return nil, &DecodeError{Line: lc.lineAt(dec.InputOffset()), Item: -1, Err: "unexpected data after the JSON array"}
 	}
 	return out, nil
-}
-
-// leadingNewlines counts the newlines between off and the next token.
-func leadingNewlines(buf []byte, off int64) int {
-	n := 0
-	for i := off; i < int64(len(buf)); i++ {
-		switch buf[i] {
-		case '\n':
-			n++
-		case ' ', '\t', '\r', ',':
-		default:
-			return n
-		}
-	}
-	return n
 }
 
 // decodeNDJSON reads one event object per line through a single streaming
@@ -227,13 +260,14 @@ func decodeNDJSON(r io.Reader, lim Limits) ([]ledger.Entry, error) {
 			}
 			return nil, &DecodeError{Line: line, Item: i, Err: "unexpected data: want one JSON object per line"}
 		}
+		lc.drop(start)
 		if line == prevEnd {
 			return nil, &DecodeError{Line: line, Item: i - 1, Err: "more than one JSON value on the line"}
 		}
 		if lim.MaxEvents > 0 && i >= lim.MaxEvents {
-			return nil, &DecodeError{Line: line, Item: i, Err: fmt.Sprintf("more than %d events in one request", lim.MaxEvents)}
+			return nil, &DecodeError{Line: line, Item: i, Err: fmt.Sprintf("more than %d events in one request", lim.MaxEvents), Exceeds: "events", Limit: lim.MaxEvents}
 		}
-		var ev Event
+		var ev wireEvent
 		if err := dec.Decode(&ev); err != nil {
 			if lc.err != nil && errors.Is(err, lc.err) {
 				return nil, err
@@ -244,9 +278,9 @@ func decodeNDJSON(r io.Reader, lim Limits) ([]ledger.Entry, error) {
 		if end != line {
 			return nil, &DecodeError{Line: line, Item: i, Err: "an event must be on one line"}
 		}
-		e, err := ev.Entry(lim)
+		e, err := ev.entry(lim)
 		if err != nil {
-			return nil, &DecodeError{Line: line, Item: i, Err: err.Error()}
+			return nil, exceeds(&DecodeError{Line: line, Item: i, Err: err.Error()}, err)
 		}
 		out = append(out, e)
 		prevEnd = end
@@ -300,12 +334,12 @@ func (ev *Event) Entry(lim Limits) (ledger.Entry, error) {
 	case ev.Payload != nil && ev.PayloadBase64 != nil:
 		return e, errors.New("both payload and payload_base64 given")
 	case ev.Payload != nil:
-		var buf bytes.Buffer
-		buf.Grow(len(ev.Payload))
-		if err := json.Compact(&buf, ev.Payload); err != nil {
-			return e, fmt.Errorf("payload: %v", err)
+		if !json.Valid(ev.Payload) {
+			var buf bytes.Buffer
+			return e, fmt.Errorf("payload: %v", json.Compact(&buf, ev.Payload))
 		}
-		e.Payload, e.PayloadJSON = buf.Bytes(), true
+		// Compacted in place: the decoder's copy is the only one.
+		e.Payload, e.PayloadJSON = compactValid(ev.Payload), true
 	case ev.PayloadBase64 != nil:
 		p, err := base64.StdEncoding.DecodeString(*ev.PayloadBase64)
 		if err != nil {
@@ -316,7 +350,51 @@ func (ev *Event) Entry(lim Limits) (ledger.Entry, error) {
 		return e, errors.New("payload or payload_base64 is required")
 	}
 	if lim.MaxPayload > 0 && len(e.Payload) > lim.MaxPayload {
-		return e, fmt.Errorf("payload of %d bytes (max %d)", len(e.Payload), lim.MaxPayload)
+		return e, &limitError{"payload", lim.MaxPayload, fmt.Sprintf("payload of %d bytes (max %d)", len(e.Payload), lim.MaxPayload)}
 	}
 	return e, nil
+}
+
+// limitError is an event over one of the Limits.
+type limitError struct {
+	what  string
+	limit int
+	msg   string
+}
+
+func (e *limitError) Error() string { return e.msg }
+
+// exceeds marks de with the limit err reports, if it is a *limitError.
+func exceeds(de *DecodeError, err error) *DecodeError {
+	var le *limitError
+	if errors.As(err, &le) {
+		de.Exceeds, de.Limit = le.what, le.limit
+	}
+	return de
+}
+
+// compactValid removes the insignificant whitespace of b, a valid JSON
+// value, in place (as json.Compact would, without a second buffer).
+func compactValid(b []byte) []byte {
+	out := b[:0]
+	inString, escaped := false, false
+	for _, c := range b {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
 }

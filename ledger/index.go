@@ -282,16 +282,97 @@ func (l *Log) loadIndex(size uint64) (idFilter, error) {
 	start := chunks << indexChunkBits
 	l.tail.reset(start)
 	l.chunks.Store(chunks)
-	var items []*item
-	for i := start; i < size; i++ {
-		rec, err := l.readEntry(i)
-		if err != nil {
+	// A cheap look at the entries the indexes already cover: the last entry
+	// of every ingested chunk must be there and match its leaf (two point
+	// reads per 65,536 entries). A failure is reported (logged, counted,
+	// handed to the integrity handler) but does not stop the log: reads of
+	// the entry answer with the same error, and the scrub looks at the rest.
+	for c := uint64(0); c < chunks; c++ {
+		if _, err := l.readEntry((c+1)<<indexChunkBits - 1); err != nil && !errors.Is(err, ErrIntegrity) {
 			return f, err
 		}
-		it := &item{idh: idHash(rec.Leaf.ID), hash: rec.LeafHash, index: i}
-		f.add(it.idh)
-		items = append(items, it)
 	}
-	l.tail.add(items)
+	// The entries above the last chunk are read in full and checked against
+	// the tree: the memory index is rebuilt from them.
+	ids, hashes, err := l.tailEntries(start, size)
+	if err != nil {
+		return f, err
+	}
+	for _, e := range ids {
+		f.add(e.h)
+	}
+	l.tail.addEntries(ids, hashes)
 	return f, l.ingestChunks(size)
+}
+
+// addEntries adds index entries, each list in index order.
+func (t *tailIndex) addEntries(ids, hashes []indexEntry) {
+	t.mu.Lock()
+	for _, e := range ids {
+		t.ids = append(t.ids, e)
+		put(t.byID, t.moreID, e.h, e.index)
+	}
+	for _, e := range hashes {
+		t.hashes = append(t.hashes, e)
+		put(t.byHash, t.moreH, e.h, e.index)
+	}
+	t.mu.Unlock()
+}
+
+// tailEntries reads the entries [from, to) for the memory index and returns
+// their id and leaf-hash index entries. Every leaf hash indexed is the
+// tree's (from the level-0 tiles), and every id that is stored. A damaged
+// entry or tile is reported (logged, counted, handed to the integrity
+// handler) and does not fail the open: reads of it answer with the
+// integrity error, as they do for entries in ingested chunks. An entry that
+// is missing or does not decode has no id to index, so a retry of its event
+// would be appended again; the open reports it, and whether such a log
+// should take appends is the open's decision, not the index's.
+func (l *Log) tailEntries(from, to uint64) (ids, hashes []indexEntry, err error) {
+	if from == to {
+		return nil, nil, nil
+	}
+	it, err := l.s.db.NewIter(&pebble.IterOptions{LowerBound: entryKey(l.id, from), UpperBound: entryKey(l.id, to)})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer it.Close()
+	ok := it.First()
+	var base []merkle.Hash
+	for n := from / tileWidth; n*tileWidth < to; n++ {
+		lo, hi := max(from, n*tileWidth), min(to, (n+1)*tileWidth)
+		base, err = l.leafTile(n, int(hi-n*tileWidth), lo, base[:0])
+		if err != nil && !errors.Is(err, ErrIntegrity) {
+			return nil, nil, err
+		}
+		tileOK := err == nil
+		for i := lo; i < hi; i++ {
+			if tileOK {
+				hashes = append(hashes, indexEntry{leafHashKey(base[i%tileWidth]), i})
+			}
+			var rec *Record
+			if ok {
+				if k := it.Key(); binary.BigEndian.Uint64(k[len(k)-8:]) == i {
+					// Decoded before Next, which reuses the value's buffer.
+					rec, err = l.decodeEntry(i, it.Value(), true)
+					ok = it.Next()
+					if err != nil {
+						continue
+					}
+				}
+			}
+			if rec == nil {
+				_ = l.missingEntry(i)
+				continue
+			}
+			if tileOK {
+				_ = l.checkLeaf(rec, base[i%tileWidth])
+			}
+			// Indexed even if it does not match its leaf: a retry of the
+			// event then finds the entry and fails on it, where a missing
+			// id would append the event again.
+			ids = append(ids, indexEntry{idHash(rec.Leaf.ID), i})
+		}
+	}
+	return ids, hashes, it.Error()
 }

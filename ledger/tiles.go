@@ -70,7 +70,10 @@ func subtreeHash(hs []merkle.Hash) merkle.Hash {
 	return buf[0]
 }
 
-var errMissingHash = errors.New("ledger: tree hash missing from storage")
+var (
+	errMissingHash = errors.New("ledger: tree hash missing from storage")
+	errBadTile     = errors.New("ledger: malformed stored tile")
+)
 
 // hashReader reads node hashes from the tiles of one log.
 type hashReader struct {
@@ -202,12 +205,12 @@ func expandTile(v []byte) *expandedTile {
 // tileShape returns the base and mid hash counts of a tile value of n bytes.
 func tileShape(n int) (base, mid int, err error) {
 	if n%merkle.HashSize != 0 {
-		return 0, 0, fmt.Errorf("ledger: tile of %d bytes", n)
+		return 0, 0, fmt.Errorf("%w: %d bytes", errBadTile, n)
 	}
 	h := n / merkle.HashSize
 	w := h - h/(midStride+1)
 	if w+w/midStride != h || w > tileWidth {
-		return 0, 0, fmt.Errorf("ledger: tile of %d hashes", h)
+		return 0, 0, fmt.Errorf("%w: %d hashes", errBadTile, h)
 	}
 	return w, w / midStride, nil
 }

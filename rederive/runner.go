@@ -51,13 +51,16 @@ type Job struct {
 
 // Report is the outcome of one run of a derivation.
 type Report struct {
-	Derivation string    `json:"derivation"`
-	Mode       string    `json:"mode"` // "full" or "incremental"
-	State      string    `json:"state"`
-	ErrorKind  string    `json:"error_kind,omitempty"`
-	Error      string    `json:"error,omitempty"`
-	StartedAt  time.Time `json:"started_at"`
-	Seconds    float64   `json:"duration_seconds"`
+	Derivation string `json:"derivation"`
+	Mode       string `json:"mode"` // "full" or "incremental"
+	State      string `json:"state"`
+	ErrorKind  string `json:"error_kind,omitempty"`
+	// Waiting says why a pending run judged nothing (no source log has a
+	// signed checkpoint yet).
+	Waiting   string    `json:"waiting,omitempty"`
+	Error     string    `json:"error,omitempty"`
+	StartedAt time.Time `json:"started_at"`
+	Seconds   float64   `json:"duration_seconds"`
 	// Pins are the ledger prefixes the expected values were computed at.
 	Pins []Pin `json:"pins"`
 	// Watermarks are the sizes the store reported having applied.
@@ -104,10 +107,14 @@ type Runner struct {
 	Ledger Ledger
 	// Bucket keeps state between runs (incremental results, drift
 	// confirmation, latest reports); nil runs statelessly (auditd verify).
-	Bucket  *ledger.Bucket
-	Workers int
-	Logger  *slog.Logger
-	Metrics *Metrics
+	Bucket *ledger.Bucket
+	// NoMatchIsError makes sources that match no log at all an error
+	// (auditd verify: a one-off check of a named log). Otherwise such a
+	// run, like one whose logs have no signed checkpoint yet, is pending.
+	NoMatchIsError bool
+	Workers        int
+	Logger         *slog.Logger
+	Metrics        *Metrics
 	// Now is the clock for the grace period (default time.Now). Folds
 	// never see it.
 	Now func() time.Time
@@ -166,8 +173,19 @@ func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
 			cps = append(cps, p)
 		}
 	}
+	if len(logs) == 0 && r.NoMatchIsError {
+		return fail(ErrKindLedger, fmt.Errorf("no log matches the sources %v", d.Sources()))
+	}
 	if len(cps) == 0 {
-		return fail(ErrKindLedger, fmt.Errorf("no log with a checkpoint matches the sources %v", d.Sources()))
+		// Nothing to judge yet (a fresh daemon before its first events):
+		// pending, as verify treats empty logs, not a derivation error.
+		rep.State = StatePending
+		rep.Waiting = fmt.Sprintf("no source log matching %v has a signed checkpoint yet", d.Sources())
+		rep.Pins = []Pin{}
+		rep.Seconds = time.Since(start).Seconds()
+		r.finish(rep)
+		logger.Info("derivation waiting for entries", "derivation", rep.Derivation, "sources", d.Sources())
+		return rep, nil
 	}
 
 	store, err := OpenStore(ctx, spec.Store)

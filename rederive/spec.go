@@ -492,7 +492,15 @@ type yamlDecoder struct {
 	pos   map[string]*yaml.Node
 	bad   map[string]bool
 	nodes int // nodes visited, bounding alias expansion
+	depth int // nesting of decode, bounding recursion through aliases
+	// merging holds the mappings whose merge keys are being expanded, so a
+	// mapping that merges itself (directly or through others) is an error,
+	// not an endless recursion.
+	merging []*yaml.Node
 }
+
+// specMaxDepth bounds how deeply a spec's values nest (aliases included).
+const specMaxDepth = 64
 
 // specMaxNodes bounds the nodes a file may expand to through aliases.
 const specMaxNodes = 1 << 20
@@ -531,6 +539,16 @@ type yamlPair struct{ key, val *yaml.Node }
 // pairs returns a mapping's key/value pairs with merge keys ("<<")
 // expanded; explicit keys come first and win over merged ones.
 func (d *yamlDecoder) pairs(n *yaml.Node) []yamlPair {
+	if slices.Contains(d.merging, n) {
+		d.errorf(n, d.deriv, "", "merge (<<) alias cycle: the mapping at line %d merges itself", n.Line)
+		return nil
+	}
+	if len(d.merging) >= specMaxDepth {
+		d.errorf(n, d.deriv, "", "merges (<<) nested more than %d deep", specMaxDepth)
+		return nil
+	}
+	d.merging = append(d.merging, n)
+	defer func() { d.merging = d.merging[:len(d.merging)-1] }()
 	var out, merged []yamlPair
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := d.resolve(n.Content[i]), n.Content[i+1]
@@ -630,6 +648,12 @@ func (d *yamlDecoder) decode(n *yaml.Node, v reflect.Value, field string) {
 	if n == nil {
 		return
 	}
+	if d.depth >= specMaxDepth {
+		d.errorf(n, d.deriv, field, "values nested more than %d deep (an alias cycle?)", specMaxDepth)
+		return
+	}
+	d.depth++
+	defer func() { d.depth-- }()
 	if field != "" {
 		d.pos[field] = n
 	}

@@ -58,18 +58,30 @@ func openHTTP(c HTTPConfig) (*httpStore, error) {
 	}
 	headers := make(map[string]string, len(c.Headers))
 	for k, v := range c.Headers {
-		headers[k] = expandEnv(v)
+		hv, err := expandEnvSet("http header "+k, v)
+		if err != nil {
+			return nil, err
+		}
+		headers[k] = hv
+	}
+	url, err := expandEnvSet("http url", c.URL)
+	if err != nil {
+		return nil, err
+	}
+	wmURL, err := expandEnvSet("http watermark_url", c.WatermarkURL)
+	if err != nil {
+		return nil, err
 	}
 	return &httpStore{
 		// A transport of its own, so Close drops only this store's
 		// idle connections.
 		client:   &http.Client{Timeout: timeout, Transport: http.DefaultTransport.(*http.Transport).Clone()},
-		url:      expandEnv(c.URL),
+		url:      url,
 		name:     name,
 		format:   c.Format,
 		keyField: key,
 		headers:  headers,
-		wmURL:    expandEnv(c.WatermarkURL),
+		wmURL:    wmURL,
 		wmName:   "http " + c.WatermarkURL,
 	}, nil
 }

@@ -260,3 +260,28 @@ func parseMarks(b []byte) (map[string]uint64, error) {
 	}
 	return marks, nil
 }
+
+// expandEnvSet is expandEnv that refuses a ${NAME} whose variable is not
+// set: an unset ${BAL_DSN} must not become "" and quietly connect to a
+// default database. A variable set to "" is taken as given.
+func expandEnvSet(what, s string) (string, error) {
+	for rest := s; ; {
+		i := strings.Index(rest, "${")
+		if i < 0 {
+			break
+		}
+		j := strings.IndexByte(rest[i+2:], '}')
+		if j < 0 {
+			break
+		}
+		if name := rest[i+2 : i+2+j]; isEnvName(name) {
+			if _, ok := os.LookupEnv(name); !ok {
+				return "", fmt.Errorf("%w: %s: %s is not set (referenced as ${%s})", ErrStore, what, name, name)
+			}
+			rest = rest[i+2+j+1:]
+		} else {
+			rest = rest[i+2:]
+		}
+	}
+	return expandEnv(s), nil
+}

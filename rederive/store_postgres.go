@@ -56,7 +56,11 @@ type pgStore struct {
 var _ Store = (*pgStore)(nil)
 
 func openPostgres(c PostgresConfig) (*pgStore, error) {
-	cc, err := pgx.ParseConfig(expandEnv(c.DSN))
+	dsn, err := expandEnvSet("postgres dsn", c.DSN)
+	if err != nil {
+		return nil, err
+	}
+	cc, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		// pgx's message may quote the DSN: do not repeat it.
 		return nil, fmt.Errorf("%w: postgres: invalid dsn", ErrStore)

@@ -42,7 +42,15 @@ var _ Store = (*redisStore)(nil)
 const redisScanCount = 1000
 
 func openRedis(c RedisConfig) (*redisStore, error) {
-	addr := expandEnv(c.Addr)
+	var vals [3]string
+	for i, f := range []struct{ what, v string }{{"redis addr", c.Addr}, {"redis username", c.Username}, {"redis password", c.Password}} {
+		v, err := expandEnvSet(f.what, f.v)
+		if err != nil {
+			return nil, err
+		}
+		vals[i] = v
+	}
+	addr := vals[0]
 	if addr == "" {
 		addr = "127.0.0.1:6379"
 	}
@@ -62,8 +70,8 @@ func openRedis(c RedisConfig) (*redisStore, error) {
 	client := redis.NewClient(&redis.Options{
 		Addr:            addr,
 		DB:              c.DB,
-		Username:        expandEnv(c.Username),
-		Password:        expandEnv(c.Password),
+		Username:        vals[1],
+		Password:        vals[2],
 		DisableIdentity: true,
 	})
 	return &redisStore{client: client, name: name, pattern: pattern, prefix: c.Prefix, typ: typ, wmKey: c.WatermarkKey}, nil

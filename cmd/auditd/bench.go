@@ -57,12 +57,13 @@ type benchFlags struct {
 	requests    int
 	concurrency int
 	jsonOut     string
+	scrubRate   float64
 }
 
 func runBench(args []string) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		fmt.Fprint(os.Stderr, benchUsage)
-		return errors.New("bench: name a mode")
+		return usageError{errors.New("bench: name a mode")}
 	}
 	if args[0] == "kafka" {
 		return benchKafka(args[1:])
@@ -88,15 +89,16 @@ func runBench(args []string) error {
 	fset.IntVar(&f.requests, "requests", 200_000, "proofs: inclusion proofs to request")
 	fset.IntVar(&f.concurrency, "concurrency", 8, "proofs: concurrent requests")
 	fset.StringVar(&f.jsonOut, "json", "", "also write the results as JSON to this file")
+	fset.Float64Var(&f.scrubRate, "scrub-rate", -1, "http, proofs: run a ledger scrub back to back at this many entries/s in the started auditd (-1: no scrub; 0: unthrottled)")
 	fset.Usage = func() { fmt.Fprint(fset.Output(), benchUsage); fset.PrintDefaults() }
 	if err := fset.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
-		return err
+		return usageError{err}
 	}
 	if f.events < 1 || f.batch < 1 || f.producers < 1 || f.payload < 16 || f.logs < 1 {
-		return errors.New("bench: -events, -batch, -producers, -logs must be positive and -payload at least 16")
+		return usageError{errors.New("bench: -events, -batch, -producers, -logs must be positive and -payload at least 16")}
 	}
 	ctx := context.Background()
 	var res map[string]any
@@ -109,7 +111,7 @@ func runBench(args []string) error {
 	case "proofs":
 		res, err = withServer(ctx, &f, func() (map[string]any, error) { return benchProofs(ctx, f) })
 	default:
-		return fmt.Errorf("bench: unknown mode %q (append, http, proofs, kafka)", f.mode)
+		return usageError{fmt.Errorf("bench: unknown mode %q (append, http, proofs, kafka)", f.mode)}
 	}
 	if err != nil {
 		return err
@@ -410,6 +412,7 @@ func withServer(ctx context.Context, f *benchFlags, fn func() (map[string]any, e
 	defer cleanup()
 	cfg := defaultConfig()
 	cfg.DataDir, cfg.Listen = dir, "127.0.0.1:0"
+	cfg.Checks = benchChecks(*f)
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -476,6 +479,7 @@ func benchHTTP(ctx context.Context, f benchFlags) (map[string]any, error) {
 		pollCheckpoints(pctx, f.server, f.log, v, &tracker)
 	}()
 	url := f.server + "/v1/logs/" + f.log + "/entries"
+	scrub := startScrubMeter(ctx, f.server)
 	elapsed, err := drive("http", f.producers, reqs, int64(f.batch), func(_, r int) error {
 		t0 := time.Now()
 		size, err := postBatch(ctx, url, bodies[r])
@@ -505,6 +509,7 @@ func benchHTTP(ctx context.Context, f benchFlags) (map[string]any, error) {
 	}
 	fmt.Printf("http: %d events in %.2fs = %.0f events/s (%d concurrent requests of %d events, %d-byte payloads)\n",
 		n, elapsed.Seconds(), res["events_per_second"], f.producers, f.batch, f.payload)
+	scrub.report(ctx, elapsed, n, res)
 	fmt.Printf("POST latency (to durable ack):        p50 %.1f ms  p99 %.1f ms\n", res["append_p50_ms"], res["append_p99_ms"])
 	fmt.Printf("append to covering signed checkpoint: p50 %.1f ms  p99 %.1f ms (checkpoint polled every 2 ms)\n", res["checkpoint_p50_ms"], res["checkpoint_p99_ms"])
 	return res, nil

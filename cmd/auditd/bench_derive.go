@@ -148,7 +148,7 @@ func benchDerive(args []string) error {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
-		return err
+		return usageError{err}
 	}
 	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
 	switch {

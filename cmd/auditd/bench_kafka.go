@@ -79,7 +79,7 @@ func benchKafka(args []string) error {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
-		return err
+		return usageError{err}
 	}
 	if f.records < 1 || f.partitions < 1 || f.valueBytes < 64 || f.batch < 0 {
 		return errors.New("bench kafka: -records and -partitions must be positive, -value-bytes at least 64")

@@ -30,6 +30,10 @@ type Config struct {
 	// generates one named Origin, writes it with mode 0600, and writes the
 	// verifier key beside it (KeyFile with ".pub"). Default DataDir/auditd.key.
 	KeyFile string `yaml:"key_file"`
+	// AllowInsecureKeyFile starts serve even when the key file is readable
+	// or writable by group or others (logging an error); without it serve
+	// refuses such a key. Default false.
+	AllowInsecureKeyFile bool `yaml:"allow_insecure_key_file"`
 	// Origin names a generated key; checkpoints of log L carry the origin
 	// "<key name>/L". Default "auditd.local".
 	Origin string `yaml:"origin"`
@@ -59,6 +63,13 @@ type Config struct {
 	Logs []string `yaml:"logs"`
 	// CreateLogs lets a POST to an unknown log create it. Default true.
 	CreateLogs *bool `yaml:"create_logs"`
+	// MaxLogs bounds the logs POSTs may create (403 past it); 0 means no
+	// bound. Default 10000.
+	MaxLogs int `yaml:"max_logs"`
+	// MaxMetricLogs bounds the logs /metrics has series of: past the
+	// first MaxMetricLogs by name, per-log counters and gauges are summed
+	// into log="_other". 0 means no bound. Default 1000.
+	MaxMetricLogs int `yaml:"max_metric_logs"`
 	// MaxBodyBytes bounds a POST body; larger ones get 413. Default 32 MiB.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 	// MaxEvents bounds the events of one POST. Default 100000.
@@ -68,12 +79,26 @@ type Config struct {
 	// MaxConcurrentWrites bounds the POSTs decoded and appended at once (and
 	// so the memory request bodies take); others wait. Default 16.
 	MaxConcurrentWrites int `yaml:"max_concurrent_writes"`
+	// MaxInflightBytes bounds the bytes of the POST bodies decoded and
+	// appended at once, across requests: a POST takes its Content-Length
+	// (MaxBodyBytes without one) before reading and waits while it is
+	// spent. Default 4 x MaxBodyBytes. See docs/operations.md for the
+	// memory this bounds.
+	MaxInflightBytes int64 `yaml:"max_inflight_bytes"`
+	// BodyTimeout bounds the time a POST body takes to arrive once its
+	// write slot is granted; slower ones get 408. Default 30s.
+	BodyTimeout time.Duration `yaml:"body_timeout"`
 	// WriteToken, if set, is the bearer token POSTs must carry. The
 	// environment variable AUDITD_WRITE_TOKEN overrides it.
 	WriteToken string `yaml:"write_token"`
 	// ReadToken, if set, is the bearer token reads must carry. Reads are
 	// public by default. AUDITD_READ_TOKEN overrides it.
 	ReadToken string `yaml:"read_token"`
+	// WriteTokenFile and ReadTokenFile, if set, hold the tokens (the file's
+	// content, surrounding whitespace removed); they replace write_token
+	// and read_token. Flags show in ps, files do not.
+	WriteTokenFile string `yaml:"write_token_file"`
+	ReadTokenFile  string `yaml:"read_token_file"`
 	// WaitTimeout bounds POST ?wait=checkpoint. Default 30s.
 	WaitTimeout time.Duration `yaml:"wait_timeout"`
 	// ShutdownTimeout bounds the graceful drain of HTTP requests on
@@ -110,6 +135,39 @@ type Config struct {
 	// ExternalURL is this auditd's base URL as alert receivers reach it
 	// (alerts link to ExternalURL/v1/alerts/...). Default http://LISTEN.
 	ExternalURL string `yaml:"external_url"`
+	// Checks schedules the self-audit the daemon runs over its own ledger
+	// (docs/checkers.md): the ledger scrub and the checkpoint audit.
+	Checks ChecksConfig `yaml:"checks"`
+}
+
+// ChecksConfig schedules the self-audit checkers. Each finding is kept
+// (GET /v1/checks), exported (auditd_checks_findings) and raised as an
+// integrity alert.
+type ChecksConfig struct {
+	// ScrubInterval is how often a full ledger scrub starts: it re-reads
+	// every entry, recomputes its leaf hash and rebuilds the tree against
+	// the stored tiles and signed checkpoints. 0 disables it. Default 24h;
+	// --scrub-interval overrides.
+	ScrubInterval time.Duration `yaml:"scrub_interval"`
+	// ScrubRate bounds the entries a pass checks per second, so that a
+	// scrub never starves ingestion; 0 is unthrottled. Default 20000: a
+	// daily pass covers 1.7 billion entries, for about 4% of one core (an
+	// entry costs the scrub ~2.2 µs of CPU; docs/checkers.md has the
+	// measurement). --scrub-rate overrides.
+	ScrubRate float64 `yaml:"scrub_rate"`
+	// CheckpointAuditInterval is how often the checkpoint audit starts: it
+	// verifies the signature of every stored signed checkpoint and its
+	// consistency with the latest. 0 disables it. Default 1h.
+	CheckpointAuditInterval time.Duration `yaml:"checkpoint_audit_interval"`
+	// CheckpointAuditRate bounds the checkpoints the audit checks per
+	// second (each is a signature check and a consistency proof); 0 is
+	// unthrottled. Default 250 (a checkpoint costs ~170 µs of CPU, measured:
+	// ~4% of one core).
+	CheckpointAuditRate float64 `yaml:"checkpoint_audit_rate"`
+	// Jitter delays each scheduled pass by a random duration below it
+	// (and below a tenth of the checker's interval), so that instances
+	// restarted together do not audit together. Default 15m.
+	Jitter time.Duration `yaml:"jitter"`
 }
 
 // WebhookConfig is an alert webhook receiver.
@@ -133,8 +191,10 @@ func defaultConfig() Config {
 		DataDir: "./auditd-data", Listen: "127.0.0.1:8080", Origin: "auditd.local",
 		CheckpointInterval: 100 * time.Millisecond, MaxBatch: 16384, CacheBytes: 128 << 20,
 		CreateLogs: &t, MaxBodyBytes: 32 << 20, MaxEvents: 100_000, MaxPayloadBytes: 1 << 20,
-		MaxConcurrentWrites: 16, WaitTimeout: 30 * time.Second, ShutdownTimeout: 10 * time.Second,
+		MaxConcurrentWrites: 16, WaitTimeout: 30 * time.Second, BodyTimeout: 30 * time.Second, MaxLogs: 10_000, MaxMetricLogs: 1000, ShutdownTimeout: 10 * time.Second,
 		LogLevel: "info", LogFormat: "text",
+		Checks: ChecksConfig{ScrubInterval: 24 * time.Hour, ScrubRate: 20_000, CheckpointAuditInterval: time.Hour,
+			CheckpointAuditRate: 250, Jitter: 15 * time.Minute},
 	}
 }
 
@@ -191,6 +251,9 @@ func (c *Config) validate() error {
 	case c.MaxBodyBytes < 1:
 		return errors.New("config: max_body_bytes must be positive")
 	}
+	if ch := c.Checks; ch.ScrubInterval < 0 || ch.ScrubRate < 0 || ch.CheckpointAuditInterval < 0 || ch.CheckpointAuditRate < 0 || ch.Jitter < 0 {
+		return errors.New("config: checks: intervals, rate and jitter must not be negative")
+	}
 	if c.Kafka != nil {
 		if err := c.Kafka.Validate(); err != nil {
 			return fmt.Errorf("config: %w", err)
@@ -199,7 +262,7 @@ func (c *Config) validate() error {
 	if c.KeyFile == "" {
 		c.KeyFile = c.DataDir + "/auditd.key"
 	}
-	return nil
+	return c.readTokenFiles()
 }
 
 // kafkaConfig is the Kafka source's configuration as serve runs it: unless
@@ -227,6 +290,7 @@ func bindFlags(fs *flag.FlagSet, c *Config) {
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "ledger data directory")
 	fs.StringVar(&c.Listen, "listen", c.Listen, "HTTP listen address")
 	fs.StringVar(&c.KeyFile, "key-file", c.KeyFile, "checkpoint signing key (generated if missing; default DATA-DIR/auditd.key)")
+	fs.BoolVar(&c.AllowInsecureKeyFile, "allow-insecure-key-file", c.AllowInsecureKeyFile, "start even if the signing key is readable by group or others (logs an error)")
 	fs.StringVar(&c.Origin, "origin", c.Origin, "name of a generated signing key (checkpoint origin prefix)")
 	fs.DurationVar(&c.CheckpointInterval, "checkpoint-interval", c.CheckpointInterval, "least time between checkpoints of one log")
 	fs.IntVar(&c.MaxBatch, "max-batch", c.MaxBatch, "entries per group commit, at most")
@@ -235,8 +299,13 @@ func bindFlags(fs *flag.FlagSet, c *Config) {
 	fs.StringVar(&c.CheckpointDir, "checkpoint-dir", c.CheckpointDir, "directory of the logs' latest checkpoint files (default DATA-DIR/checkpoints)")
 	fs.BoolVar(&c.RollbackReadOnly, "rollback-read-only", c.RollbackReadOnly, "serve a log behind or inconsistent with its signed checkpoint read-only instead of refusing to start")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest POST body in bytes")
-	fs.StringVar(&c.WriteToken, "write-token", c.WriteToken, "bearer token required for writes (or AUDITD_WRITE_TOKEN)")
-	fs.StringVar(&c.ReadToken, "read-token", c.ReadToken, "bearer token required for reads (or AUDITD_READ_TOKEN)")
+	fs.IntVar(&c.MaxLogs, "max-logs", c.MaxLogs, "logs POSTs may create, at most (0: no bound)")
+	fs.Int64Var(&c.MaxInflightBytes, "max-inflight-bytes", c.MaxInflightBytes, "bytes of POST bodies in flight at once, across requests (default 4 x max-body-bytes)")
+	fs.DurationVar(&c.BodyTimeout, "body-timeout", c.BodyTimeout, "time a POST body may take to arrive (slower: 408)")
+	fs.StringVar(&c.WriteToken, "write-token", c.WriteToken, "bearer token required for writes (visible in ps: prefer --write-token-file or AUDITD_WRITE_TOKEN)")
+	fs.StringVar(&c.ReadToken, "read-token", c.ReadToken, "bearer token required for reads (visible in ps: prefer --read-token-file or AUDITD_READ_TOKEN)")
+	fs.StringVar(&c.WriteTokenFile, "write-token-file", c.WriteTokenFile, "file holding the write token")
+	fs.StringVar(&c.ReadTokenFile, "read-token-file", c.ReadTokenFile, "file holding the read token")
 	fs.StringVar(&c.DebugListen, "debug-listen", c.DebugListen, "serve /debug/pprof on this address (off when empty)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")
@@ -245,6 +314,8 @@ func bindFlags(fs *flag.FlagSet, c *Config) {
 		return nil
 	})
 	fs.IntVar(&c.DerivationWorkers, "derivation-workers", c.DerivationWorkers, "fold parallelism (default: the number of CPUs)")
+	fs.DurationVar(&c.Checks.ScrubInterval, "scrub-interval", c.Checks.ScrubInterval, "how often a full ledger scrub starts (0 disables it)")
+	fs.Float64Var(&c.Checks.ScrubRate, "scrub-rate", c.Checks.ScrubRate, "entries per second a scrub may check (0: unthrottled)")
 }
 
 // kafkaFlags are the --kafka-* flags; apply copies those given onto the

@@ -10,64 +10,72 @@ import (
 	"github.com/auditd/auditd/ledger"
 )
 
-// integrityAlerts turns the ledger's integrity failures into alerts of kind
-// integrity. The ledger reports some while it opens, before the alert
-// manager exists (the manager keeps its state in the ledger), and calls the
-// handler from its writers and read paths, which must not block on an
-// alert write: failures are queued and raised by one goroutine once the
-// manager is attached. The same failure reported again updates one alert
-// (its id is integrity/<log>/<kind>).
+// integrityAlerts raises an alert of kind integrity for the integrity
+// failures the ledger reports (ledger.WithIntegrityHandler). The ledger
+// calls the handler from the goroutine that found the failure, which must
+// not block, and may call it before the alert manager exists (the checks
+// of ledger.Open), so handle only keeps the latest failure per alert and
+// wakes a goroutine that fires them once start has been given the manager.
+// One alert per log and kind, "integrity/<log>/<kind>": repeats update it
+// instead of flooding. Safe for concurrent use.
 type integrityAlerts struct {
-	logger *slog.Logger
-	queue  chan ledger.IntegrityError
-	quit   chan struct{}
-	once   sync.Once
+	logger  *slog.Logger
+	wake    chan struct{}
+	mu      sync.Mutex
+	pending map[string]ledger.IntegrityError // by alert id; bounded by logs × kinds
 }
 
 func newIntegrityAlerts(logger *slog.Logger) *integrityAlerts {
-	return &integrityAlerts{logger: logger, queue: make(chan ledger.IntegrityError, 1024), quit: make(chan struct{})}
+	return &integrityAlerts{logger: logger, wake: make(chan struct{}, 1), pending: map[string]ledger.IntegrityError{}}
 }
 
 // handle is the ledger's integrity handler.
 func (a *integrityAlerts) handle(e *ledger.IntegrityError) {
+	a.mu.Lock()
+	a.pending["integrity/"+e.Log+"/"+e.Kind] = *e
+	a.mu.Unlock()
 	select {
-	case a.queue <- *e:
+	case a.wake <- struct{}{}:
 	default:
-		// The ledger has logged and counted it.
-		a.logger.Error("integrity alert queue full; alert not raised", "log", e.Log, "kind", e.Kind)
 	}
 }
 
-// attach raises the queued failures, and those that follow, on m until
-// stop.
-func (a *integrityAlerts) attach(m *alert.Manager) {
-	a.once.Do(func() {
-		go func() {
-			for {
-				select {
-				case e := <-a.queue:
-					raiseIntegrity(m, e, a.logger)
-				case <-a.quit:
-					return
-				}
+// start fires what is pending, then every later failure, through m. The
+// returned stop fires what is left and returns once the goroutine ended;
+// call it before closing m.
+func (a *integrityAlerts) start(m *alert.Manager) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			a.flush(m)
+			select {
+			case <-a.wake:
+			case <-quit:
+				a.flush(m)
+				return
 			}
-		}()
-	})
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() { close(quit) })
+		<-done
+	}
 }
 
-// stop ends attach's goroutine; failures still queued are not raised.
-func (a *integrityAlerts) stop() { close(a.quit) }
-
-func raiseIntegrity(m *alert.Manager, e ledger.IntegrityError, logger *slog.Logger) {
-	d, _ := json.Marshal(map[string]any{"log": e.Log, "kind": e.Kind, "index": e.Index, "detail": e.Detail})
-	what := fmt.Sprintf("log %s: %s", e.Log, e.Kind)
-	if e.Index >= 0 {
-		what = fmt.Sprintf("log %s entry %d: %s", e.Log, e.Index, e.Kind)
-	}
-	_, err := m.Fire(alert.Alert{ID: "integrity/" + e.Log + "/" + e.Kind, Kind: alert.KindIntegrity, Subject: e.Log,
-		Labels:  map[string]string{"log": e.Log, "violation": e.Kind},
-		Summary: what + ": " + e.Detail, Details: d})
-	if err != nil {
-		logger.Error("integrity alert not raised", "log", e.Log, "kind", e.Kind, "err", err)
+func (a *integrityAlerts) flush(m *alert.Manager) {
+	a.mu.Lock()
+	batch := a.pending
+	a.pending = map[string]ledger.IntegrityError{}
+	a.mu.Unlock()
+	for id, e := range batch {
+		d, _ := json.Marshal(map[string]any{"log": e.Log, "kind": e.Kind, "index": e.Index, "detail": e.Detail})
+		_, err := m.Fire(alert.Alert{ID: id, Kind: alert.KindIntegrity, Subject: e.Log,
+			Labels:  map[string]string{"log": e.Log, "violation": e.Kind},
+			Summary: fmt.Sprintf("log %s: %s", e.Log, e.Error()), Details: d})
+		if err != nil {
+			a.logger.Error("integrity alert not raised", "log", e.Log, "kind", e.Kind, "err", err)
+		}
 	}
 }

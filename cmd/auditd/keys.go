@@ -49,6 +49,11 @@ func writeNewKey(path, name string) error {
 	if err != nil {
 		return fmt.Errorf("generate key %q: %w", name, err)
 	}
+	// Check the key before writing anything: a name the signer refuses
+	// would leave a file behind that no later start (or retry) gets past.
+	if _, err := parseKey(skey); err != nil {
+		return fmt.Errorf("key name %q: %w (a name is printable, without spaces or +)", name, err)
+	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
@@ -113,7 +118,10 @@ func runKeygen(args []string) error {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
-		return err
+		return usageError{err}
+	}
+	if fset.NArg() > 0 {
+		return usageError{fmt.Errorf("keygen takes no arguments (got %q)", fset.Args())}
 	}
 	if _, err := os.Stat(*out); err == nil {
 		return fmt.Errorf("%s exists; refusing to overwrite a signing key", *out)

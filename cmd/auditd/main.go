@@ -4,6 +4,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 )
@@ -57,6 +58,21 @@ func main() {
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "auditd:", err)
-		os.Exit(1)
+		os.Exit(exitStatus(err))
 	}
+}
+
+// usageError is a command line the command cannot run: a bad flag, a
+// missing or extra argument. It exits 2 for every command.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+// exitStatus is 2 for a usage error, 1 for any other.
+func exitStatus(err error) int {
+	var ue usageError
+	if errors.As(err, &ue) {
+		return 2
+	}
+	return 1
 }

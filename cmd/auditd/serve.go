@@ -40,7 +40,10 @@ func runServe(args []string) error {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
-		return err
+		return usageError{err}
+	}
+	if fset.NArg() > 0 {
+		return usageError{fmt.Errorf("serve takes no arguments (got %q); flags go before any argument", fset.Args())}
 	}
 	kf.apply(fset, &cfg)
 	if err := cfg.validate(); err != nil {
@@ -73,29 +76,39 @@ func newLogger(level, format string) (*slog.Logger, error) {
 // serve runs the daemon until ctx ends. If ready is not nil it receives the
 // listening address once the server accepts connections.
 func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- string) error {
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return fmt.Errorf("data dir: %w", err)
+	// Bind first: a port in use leaves no data dir and no key behind.
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	defer ln.Close()
+	// Files the ledger creates (Pebble's) are the operator's alone.
+	umask(0o077)
+	if err := ensureDataDir(cfg.DataDir, logger); err != nil {
+		return err
 	}
 	key, created, err := loadOrCreateKey(cfg.KeyFile, cfg.Origin)
 	if err != nil {
+		return err
+	}
+	if err := checkKeyMode(cfg.KeyFile, cfg.AllowInsecureKeyFile, logger); err != nil {
 		return err
 	}
 	if created {
 		logger.Info("generated checkpoint signing key", "file", cfg.KeyFile, "verifier_key", key.vkey)
 	}
 	integrity := newIntegrityAlerts(logger)
-	defer integrity.stop()
 	store, err := ledger.Open(cfg.DataDir, key.signer, key.verifier,
+		ledger.WithIntegrityHandler(integrity.handle),
 		ledger.WithCheckpointInterval(cfg.CheckpointInterval),
 		ledger.WithMaxBatch(cfg.MaxBatch),
 		ledger.WithBatchDelay(cfg.BatchDelay),
 		ledger.WithCacheSize(cfg.CacheBytes),
 		ledger.WithLogger(logger),
 		ledger.WithCheckpointDir(cfg.CheckpointDir),
-		ledger.WithReadOnlyOnRollback(cfg.RollbackReadOnly),
-		ledger.WithIntegrityHandler(integrity.handle))
+		ledger.WithReadOnlyOnRollback(cfg.RollbackReadOnly))
 	if err != nil {
-		return err
+		return explainLock(cfg.DataDir, err)
 	}
 	defer func() {
 		if err := store.Close(); err != nil {
@@ -123,7 +136,7 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 		return err
 	}
 	defer alerts.Close()
-	integrity.attach(alerts) // raises what the store found while opening, too
+	defer integrity.start(alerts)() // raises what the store found while opening too; stops before alerts close
 	for _, c := range alerts.Collectors() {
 		auditdReg.MustRegister(c)
 	}
@@ -159,7 +172,8 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxEvents: cfg.MaxEvents, MaxPayloadBytes: cfg.MaxPayloadBytes,
 		WriteToken: cfg.WriteToken, ReadToken: cfg.ReadToken, CreateLogs: cfg.CreateLogs == nil || *cfg.CreateLogs,
 		MaxConcurrentWrites: cfg.MaxConcurrentWrites, WaitTimeout: cfg.WaitTimeout, Logger: logger,
-		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+		BodyTimeout: cfg.BodyTimeout, MaxInflightBytes: cfg.MaxInflightBytes, MaxLogs: cfg.MaxLogs,
+		Metrics: promhttp.HandlerFor(boundLogLabels(reg, cfg.MaxMetricLogs), promhttp.HandlerOpts{Registry: reg}),
 	}
 	opts.Alerts = alerts
 	dctx, dcancel := context.WithCancel(context.Background())
@@ -177,6 +191,12 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 	} else {
 		dcancel()
 	}
+	checks, stopChecks, err := startChecks(store, key.verifier, cfg.Checks, alerts, auditdReg, logger)
+	if err != nil {
+		return err
+	}
+	defer stopChecks() // runs before the ledger closes
+	opts.Checks = checks
 	if kafka != nil {
 		opts.SourceStatus = func(log string) (any, bool) { return kafka.Status(log) }
 		opts.Ready = kafka.Ready
@@ -200,10 +220,6 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 		defer ds.Close()
 		logger.Info("serving Go profiles", "addr", "http://"+dl.Addr().String()+"/debug/pprof/")
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
-	}
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	// Shutdown does not end open event streams (/v1/alerts/stream); closing
 	// the alert manager does.
@@ -212,7 +228,7 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 	go func() { errc <- hs.Serve(ln) }()
 	addr := ln.Addr().String()
 	logger.Info("auditd serving", "addr", "http://"+addr, "data_dir", cfg.DataDir,
-		"logs", len(store.Logs()), "verifier_key", key.vkey, "writes_protected", cfg.WriteToken != "")
+		"logs", len(store.Logs()), "verifier_key", key.vkey, "writes_protected", cfg.WriteToken != "" || cfg.ReadToken != "", "auth", authSummary(cfg))
 	if ready != nil {
 		ready <- addr
 	}

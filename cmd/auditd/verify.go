@@ -148,7 +148,7 @@ Exit status:
 		lg = rederive.LocalLedger{Store: store}
 	}
 
-	runner := &rederive.Runner{Ledger: lg, Workers: *workers, Logger: logger}
+	runner := &rederive.Runner{Ledger: lg, Workers: *workers, Logger: logger, NoMatchIsError: true}
 	bar := newProgressBar(stderr, !*quiet && isTerminal(stderr))
 	runner.Progress = bar.update
 	var reports []*rederive.Report

@@ -1,0 +1,29 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/auditd/auditd/alert"
+	"github.com/auditd/auditd/ledger"
+)
+
+// raiseConflict turns an HTTP id conflict with the log (an event reusing
+// an id the log holds with different content) into an integrity alert, as
+// the Kafka source does with its violations. One alert per log: later
+// conflicts update it with the latest evidence.
+func (s *Server) raiseConflict(c *ledger.ConflictError) {
+	if s.opts.Alerts == nil || c.EarlierItem >= 0 {
+		return // a conflict inside one request is the caller's mistake
+	}
+	details, _ := json.Marshal(map[string]any{"id": c.ID, "index": c.Index, "item": c.Item, "source": "http"})
+	_, err := s.opts.Alerts.Fire(alert.Alert{
+		ID: "integrity/" + c.Log + "/id_conflict", Kind: alert.KindIntegrity, Subject: c.Log,
+		Labels:  map[string]string{"log": c.Log, "violation": "id_conflict"},
+		Summary: fmt.Sprintf("log %s: a POST reused id %s, held at index %d, with different content", c.Log, echo(c.ID), c.Index),
+		Details: details,
+	})
+	if err != nil {
+		s.log.Error("integrity alert not raised", "log", c.Log, "err", err)
+	}
+}

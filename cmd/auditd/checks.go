@@ -55,7 +55,11 @@ func startChecks(store *ledger.Store, v note.Verifier, cfg ChecksConfig, alerts 
 			logger.Error("check alerts not updated", "checker", pr.Checker, "err", err)
 		}
 	}})
-	for _, c := range daemonCheckers(store, v, cfg) {
+	peers, err := peerCheckers(store, v, cfg.Peers)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, c := range append(daemonCheckers(store, v, cfg), peers...) {
 		if err := r.Register(c.checker, c.schedule); err != nil {
 			return nil, nil, err
 		}
@@ -116,7 +120,7 @@ func raiseCheckAlerts(m *alert.Manager, pr checkers.PassResult) error {
 		d, _ := json.Marshal(map[string]any{"checker": pr.Checker, "log": k.Log, "kind": k.Kind, "count": n,
 			"findings": byKey[k], "complete": pr.Complete, "status": "/v1/checks/" + pr.Checker})
 		_, err := m.Fire(alert.Alert{ID: id, Kind: alert.KindIntegrity, Subject: subject,
-			Labels:  map[string]string{"checker": pr.Checker, "log": k.Log, "violation": k.Kind},
+			Labels:  map[string]string{"checker": pr.Checker, "log": k.Log, "violation": k.Kind, "severity": findingSeverity(k.Kind)},
 			Summary: fmt.Sprintf("%s found %d %s in log %s", pr.Checker, n, k.Kind, log), Details: d})
 		if err != nil {
 			errs = append(errs, err)

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/auditd/auditd/checkers"
+	"github.com/auditd/auditd/ledger"
 )
 
 // PeersConfig configures the peer cross-check (checks.peers,
@@ -81,4 +82,36 @@ func (c PeersConfig) peers(self note.Verifier) ([]checkers.Peer, error) {
 		return nil, fmt.Errorf("config: checks.peers: %w", err)
 	}
 	return out, nil
+}
+
+// peerRate bounds the logs a peer cross-check compares per second (two
+// requests to the peer each).
+const peerRate = 100
+
+// peerCheckers is the peer cross-check as the daemon schedules it, none
+// without peers; the configuration is refused as peers refuses it.
+func peerCheckers(store *ledger.Store, v note.Verifier, cfg PeersConfig) ([]scheduledChecker, error) {
+	if len(cfg.List) == 0 {
+		return nil, nil
+	}
+	ps, err := cfg.peers(v)
+	if err != nil {
+		return nil, err
+	}
+	pc, err := checkers.NewPeerCheck(store, ps)
+	if err != nil {
+		return nil, err
+	}
+	return []scheduledChecker{{pc, checkers.Schedule{Interval: cfg.Interval, Jitter: cfg.Interval / 10, Rate: peerRate}}}, nil
+}
+
+// findingSeverity is the severity label of a check finding's alert: a
+// peer that serves checkpoints its key does not verify is a warning (a
+// rotated key, a wrong origin in the configuration); everything else,
+// forks first, is critical.
+func findingSeverity(kind string) string {
+	if kind == ledger.IntegrityPeerCheckpointBad {
+		return "warning"
+	}
+	return "critical"
 }

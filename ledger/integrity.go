@@ -27,6 +27,7 @@ const (
 	IntegrityFork           = "fork"            // two signed checkpoints of one log (ours and a peer's) cannot both be true
 
 	IntegrityPeerCheckpointBad = "peer_checkpoint_bad" // a peer's checkpoint does not verify with its key or names another origin
+	IntegrityInvariant         = "invariant"           // a derivation's state fails one of its declared invariants
 )
 
 // IntegrityError is an ErrIntegrity with where it was found.

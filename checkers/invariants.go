@@ -1,10 +1,13 @@
 package checkers
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"iter"
+	"maps"
 	"math"
+	"slices"
 
 	"cel.dev/cel-go/cel"
 	"cel.dev/cel-go/common/types"
@@ -13,6 +16,7 @@ import (
 	"cel.dev/cel-go/ext"
 
 	"github.com/auditd/auditd/ledger"
+	"github.com/auditd/auditd/rederive"
 )
 
 // InvariantSpec is a condition a derivation's state must meet after each
@@ -210,4 +214,71 @@ func celSum(v ref.Val) ref.Val {
 		return types.Double(fsum)
 	}
 	return types.Int(isum)
+}
+
+// InvariantTarget is a derivation and its invariants.
+type InvariantTarget struct {
+	Derivation rederive.Derivation
+	Invariants *Invariants
+}
+
+// InvariantCheck checks derivations' invariants over their latest saved
+// results (name "invariants"): the state the daemon's last run of each
+// derivation saved in the bucket, each key's state exported as the
+// derived store is compared with. A derivation that has not saved a result
+// yet is skipped; a result that cannot be read or exported is an error of
+// the pass.
+type InvariantCheck struct {
+	bucket  *ledger.Bucket
+	targets []InvariantTarget
+}
+
+var _ Checker = (*InvariantCheck)(nil)
+
+// NewInvariantCheck returns the invariant check of targets, whose results
+// the derivation runner saves in bucket.
+func NewInvariantCheck(bucket *ledger.Bucket, targets []InvariantTarget) *InvariantCheck {
+	return &InvariantCheck{bucket: bucket, targets: targets}
+}
+
+// Name implements Checker.
+func (c *InvariantCheck) Name() string { return "invariants" }
+
+// Run implements Checker.
+func (c *InvariantCheck) Run(ctx context.Context, p Progress) error {
+	for _, t := range c.targets {
+		name := t.Derivation.Name()
+		res, err := rederive.LoadResult(c.bucket, t.Derivation)
+		if errors.Is(err, ledger.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("invariants: %s: %w", name, err)
+		}
+		keys := slices.Sorted(maps.Keys(res.States))
+		var exportErr error
+		states := func(yield func(string, any) bool) {
+			for _, k := range keys {
+				v, err := t.Derivation.Export(res.States[k])
+				if err != nil {
+					exportErr = fmt.Errorf("invariants: %s: export key %q: %w", name, k, err)
+					return
+				}
+				if !yield(k, v) {
+					return
+				}
+			}
+		}
+		fs := t.Invariants.Check(states)
+		if exportErr != nil {
+			return exportErr
+		}
+		for _, f := range fs {
+			p.Found(f)
+		}
+		if err := p.Checked(ctx, len(keys)); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -59,7 +60,11 @@ func startChecks(store *ledger.Store, v note.Verifier, cfg ChecksConfig, alerts 
 	if err != nil {
 		return nil, nil, err
 	}
-	for _, c := range append(daemonCheckers(store, v, cfg), peers...) {
+	invariants, err := invariantCheckers(store, cfg.derivations, cfg.Invariants)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, c := range slices.Concat(daemonCheckers(store, v, cfg), peers, invariants) {
 		if err := r.Register(c.checker, c.schedule); err != nil {
 			return nil, nil, err
 		}

@@ -172,6 +172,11 @@ type ChecksConfig struct {
 	// servers' of the same logs (fork detection; see PeersConfig and
 	// docs/checkers.md#peer-cross-check).
 	Peers PeersConfig `yaml:"peers"`
+	// Invariants declares CEL conditions over derivations' state, checked
+	// over each one's latest saved result (see InvariantsConfig).
+	Invariants InvariantsConfig `yaml:"invariants"`
+	// derivations are the derivation spec files (Config.Derivations).
+	derivations []string
 }
 
 // WebhookConfig is an alert webhook receiver.
@@ -198,7 +203,8 @@ func defaultConfig() Config {
 		MaxConcurrentWrites: 16, WaitTimeout: 30 * time.Second, BodyTimeout: 30 * time.Second, MaxLogs: 10_000, MaxMetricLogs: 1000, ShutdownTimeout: 10 * time.Second,
 		LogLevel: "info", LogFormat: "text",
 		Checks: ChecksConfig{ScrubInterval: 24 * time.Hour, ScrubRate: 20_000, CheckpointAuditInterval: time.Hour,
-			CheckpointAuditRate: 250, Jitter: 15 * time.Minute, Peers: PeersConfig{Interval: time.Minute}},
+			CheckpointAuditRate: 250, Jitter: 15 * time.Minute, Peers: PeersConfig{Interval: time.Minute},
+			Invariants: InvariantsConfig{Interval: time.Minute}},
 	}
 }
 
@@ -255,6 +261,7 @@ func (c *Config) validate() error {
 	case c.MaxBodyBytes < 1:
 		return errors.New("config: max_body_bytes must be positive")
 	}
+	c.Checks.derivations = c.Derivations
 	if _, err := c.Checks.Peers.peers(nil); err != nil { // this instance as a peer: at start, with the key
 		return err
 	}

@@ -210,16 +210,21 @@ func TestOpenRaw(t *testing.T) {
 func snapshotDir(t *testing.T, dir string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	es, err := os.ReadDir(dir)
+	// Every file below dir (the checkpoint files live in a subdirectory).
+	err := filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		out[rel] = string(b)
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
-	}
-	for _, e := range es {
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[e.Name()] = string(b)
 	}
 	return out
 }

@@ -16,8 +16,8 @@ import (
 // derivation's latest saved result must meet.
 type InvariantsConfig struct {
 	// Interval is how often the invariants are checked over the latest
-	// saved result of each derivation. Default 1m (a derivation's default
-	// interval); 0 checks only on demand.
+	// saved result of each derivation, besides the check queued after each
+	// derivation run. Default 1m; 0: only after runs and on demand.
 	Interval time.Duration `yaml:"interval"`
 	// Derivations maps a derivation's name (one of the derivations files)
 	// to its invariants.
@@ -67,4 +67,11 @@ func invariantCheckers(store *ledger.Store, files []string, cfg InvariantsConfig
 	}
 	return []scheduledChecker{{checkers.NewInvariantCheck(b, targets),
 		checkers.Schedule{Interval: cfg.Interval, Jitter: cfg.Interval / 10}}}, nil
+}
+
+// triggerInvariants queues a pass of the invariant check, if registered:
+// the daemon calls it after each derivation run. Passes coalesce: one
+// queued while one runs covers every run before it started.
+func triggerInvariants(r *checkers.Runner) {
+	_ = r.Trigger("invariants") // ErrUnknownChecker: no invariants configured
 }

@@ -408,3 +408,55 @@ func TestPeerConfig(t *testing.T) {
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// BenchmarkPeerCheck is one pass over 100 logs of 300 entries each, both
+// ledgers on loopback, the peer's checkpoint larger (its proof fetched).
+func BenchmarkPeerCheck(b *testing.B) {
+	key := newKey(b)
+	mk := func() (*ledger.Store, string) {
+		st, err := ledger.Open(b.TempDir(), key.signer, key.verifier, quiet())
+		if err != nil {
+			b.Fatal(err)
+		}
+		srv := httptest.NewServer(api.New(st, key.vkey, api.Options{Logger: quietLogger()}))
+		b.Cleanup(func() { srv.Close(); st.Close() })
+		return st, srv.URL
+	}
+	us, _ := mk()
+	them, url := mk()
+	ctx := context.Background()
+	for i := range 100 {
+		name := fmt.Sprintf("pay.%d", i)
+		for _, s := range []struct {
+			st *ledger.Store
+			n  int
+		}{{us, 200}, {them, 300}} {
+			l, err := s.st.CreateLog(name)
+			if err != nil {
+				b.Fatal(err)
+			}
+			es := make([]ledger.Entry, s.n)
+			for j := range es {
+				es[j] = honestEntry(j)
+			}
+			if _, err := l.Append(ctx, es); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := l.WaitCheckpoint(ctx, uint64(s.n)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	pc, err := checkers.NewPeerCheck(us, []checkers.Peer{{URL: url, Verifier: key.verifier}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for range b.N {
+		c := &collector{}
+		if err := pc.Run(ctx, c); err != nil || len(c.findings) != 0 {
+			b.Fatalf("%v %v", err, c.findings)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/100, "µs/log")
+}

@@ -2,6 +2,7 @@ package checkers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -188,6 +189,9 @@ func (c *PeerCheck) checkLog(ctx context.Context, cl *client.Client, peer Peer, 
 	if err != nil {
 		return err
 	}
+	if raw == nil {
+		return nil // the peer has signed nothing yet: nothing to compare
+	}
 	theirs, bad, err := openPeerCheckpoint(raw, peer.Verifier, peer.Origin(name))
 	if err != nil {
 		return err
@@ -263,6 +267,14 @@ func (c *PeerCheck) fetchCheckpoint(ctx context.Context, peer Peer, name string)
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxCheckpointBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("GET %s: %w", u, err)
+	}
+	if resp.StatusCode == http.StatusNotFound {
+		var e struct {
+			Code string `json:"code"`
+		}
+		if json.Unmarshal(b, &e) == nil && e.Code == "no_checkpoint" {
+			return nil, nil // a log the peer has not signed yet
+		}
 	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET %s: %s", u, resp.Status)

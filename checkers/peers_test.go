@@ -190,8 +190,14 @@ func TestPeerHonest(t *testing.T) {
 	check()
 	b.fill(t, peerLog, 257, 1100, honestEntry)
 	check()
-	// A log only one side has is not compared.
+	// A log only one side has is not compared; nor is one the peer has not
+	// signed yet (it exists, its first append is not signed).
 	a.fill(t, "only-a", 0, 3, honestEntry)
+	check()
+	if _, err := b.store.CreateLog("unsigned"); err != nil {
+		t.Fatal(err)
+	}
+	a.fill(t, "unsigned", 0, 3, honestEntry)
 	check()
 }
 

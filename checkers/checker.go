@@ -26,6 +26,9 @@ type Finding struct {
 	// Kind is one of the ledger.Integrity* kinds.
 	Kind   string `json:"kind"`
 	Detail string `json:"detail"`
+	// Evidence holds what proves the finding to a third party, such as
+	// the two signed checkpoint notes of a fork.
+	Evidence []string `json:"evidence,omitempty"`
 }
 
 func (f Finding) String() string {

@@ -24,6 +24,10 @@ const (
 	IntegrityCheckpointBad  = "checkpoint_bad"  // a stored checkpoint does not parse or verify
 	IntegrityRollback       = "rollback"        // the log is behind, or inconsistent with, a checkpoint it signed
 	IntegrityConsistencyBad = "consistency_bad" // two stored checkpoints are not consistent
+	IntegrityFork           = "fork"            // two signed checkpoints of one log (ours and a peer's) cannot both be true
+
+	IntegrityPeerCheckpointBad = "peer_checkpoint_bad" // a peer's checkpoint does not verify with its key or names another origin
+	IntegrityInvariant         = "invariant"           // a derivation's state fails one of its declared invariants
 )
 
 // IntegrityError is an ErrIntegrity with where it was found.

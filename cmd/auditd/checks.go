@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -55,7 +56,15 @@ func startChecks(store *ledger.Store, v note.Verifier, cfg ChecksConfig, alerts 
 			logger.Error("check alerts not updated", "checker", pr.Checker, "err", err)
 		}
 	}})
-	for _, c := range daemonCheckers(store, v, cfg) {
+	peers, err := peerCheckers(store, v, cfg.Peers)
+	if err != nil {
+		return nil, nil, err
+	}
+	invariants, err := invariantCheckers(store, cfg.derivations, cfg.Invariants)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, c := range slices.Concat(daemonCheckers(store, v, cfg), peers, invariants) {
 		if err := r.Register(c.checker, c.schedule); err != nil {
 			return nil, nil, err
 		}
@@ -116,7 +125,7 @@ func raiseCheckAlerts(m *alert.Manager, pr checkers.PassResult) error {
 		d, _ := json.Marshal(map[string]any{"checker": pr.Checker, "log": k.Log, "kind": k.Kind, "count": n,
 			"findings": byKey[k], "complete": pr.Complete, "status": "/v1/checks/" + pr.Checker})
 		_, err := m.Fire(alert.Alert{ID: id, Kind: alert.KindIntegrity, Subject: subject,
-			Labels:  map[string]string{"checker": pr.Checker, "log": k.Log, "violation": k.Kind},
+			Labels:  map[string]string{"checker": pr.Checker, "log": k.Log, "violation": k.Kind, "severity": findingSeverity(k.Kind)},
 			Summary: fmt.Sprintf("%s found %d %s in log %s", pr.Checker, n, k.Kind, log), Details: d})
 		if err != nil {
 			errs = append(errs, err)

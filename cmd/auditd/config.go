@@ -168,6 +168,15 @@ type ChecksConfig struct {
 	// (and below a tenth of the checker's interval), so that instances
 	// restarted together do not audit together. Default 15m.
 	Jitter time.Duration `yaml:"jitter"`
+	// Peers cross-checks this instance's signed checkpoints with other
+	// servers' of the same logs (fork detection; see PeersConfig and
+	// docs/checkers.md#peer-cross-check).
+	Peers PeersConfig `yaml:"peers"`
+	// Invariants declares CEL conditions over derivations' state, checked
+	// over each one's latest saved result (see InvariantsConfig).
+	Invariants InvariantsConfig `yaml:"invariants"`
+	// derivations are the derivation spec files (Config.Derivations).
+	derivations []string
 }
 
 // WebhookConfig is an alert webhook receiver.
@@ -194,7 +203,8 @@ func defaultConfig() Config {
 		MaxConcurrentWrites: 16, WaitTimeout: 30 * time.Second, BodyTimeout: 30 * time.Second, MaxLogs: 10_000, MaxMetricLogs: 1000, ShutdownTimeout: 10 * time.Second,
 		LogLevel: "info", LogFormat: "text",
 		Checks: ChecksConfig{ScrubInterval: 24 * time.Hour, ScrubRate: 20_000, CheckpointAuditInterval: time.Hour,
-			CheckpointAuditRate: 250, Jitter: 15 * time.Minute},
+			CheckpointAuditRate: 250, Jitter: 15 * time.Minute, Peers: PeersConfig{Interval: time.Minute},
+			Invariants: InvariantsConfig{Interval: time.Minute}},
 	}
 }
 
@@ -250,6 +260,10 @@ func (c *Config) validate() error {
 		return errors.New("config: max_batch must be at least 1")
 	case c.MaxBodyBytes < 1:
 		return errors.New("config: max_body_bytes must be positive")
+	}
+	c.Checks.derivations = c.Derivations
+	if _, err := c.Checks.Peers.peers(nil); err != nil { // this instance as a peer: at start, with the key
+		return err
 	}
 	if ch := c.Checks; ch.ScrubInterval < 0 || ch.ScrubRate < 0 || ch.CheckpointAuditInterval < 0 || ch.CheckpointAuditRate < 0 || ch.Jitter < 0 {
 		return errors.New("config: checks: intervals, rate and jitter must not be negative")

@@ -44,7 +44,10 @@ func openAlerts(store *ledger.Store, cfg Config, logger *slog.Logger) (*alert.Ma
 // startDerivations compiles the configured derivations and starts the
 // daemon that checks them until ctx ends; done closes when it has stopped.
 // It returns a nil daemon when none are configured.
-func startDerivations(ctx context.Context, store *ledger.Store, cfg Config, alerts *alert.Manager, reg prometheus.Registerer, logger *slog.Logger) (daemon *rederive.Daemon, done <-chan struct{}, err error) {
+// onRun, if set, is told the name of each derivation after each of its runs
+// (the invariant check runs then).
+func startDerivations(ctx context.Context, store *ledger.Store, cfg Config, alerts *alert.Manager, reg prometheus.Registerer, logger *slog.Logger,
+	onRun func(derivation string)) (daemon *rederive.Daemon, done <-chan struct{}, err error) {
 	if len(cfg.Derivations) == 0 {
 		return nil, nil, nil
 	}
@@ -73,6 +76,9 @@ func startDerivations(ctx context.Context, store *ledger.Store, cfg Config, aler
 	daemon.OnReport = func(_ rederive.Job, rep *rederive.Report) {
 		if err := raiseReportAlerts(alerts, rep); err != nil {
 			logger.Error("alerts not updated", "derivation", rep.Derivation, "err", err)
+		}
+		if onRun != nil {
+			onRun(rep.Derivation)
 		}
 	}
 	ch := make(chan struct{})

@@ -11,6 +11,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/auditd/auditd/api"
+	"github.com/auditd/auditd/checkers"
 	"github.com/auditd/auditd/ingest"
 	"github.com/auditd/auditd/ledger"
 )
@@ -177,7 +179,13 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 	}
 	opts.Alerts = alerts
 	dctx, dcancel := context.WithCancel(context.Background())
-	daemon, ddone, err := startDerivations(dctx, store, cfg, alerts, auditdReg, logger)
+	var checksRunner atomic.Pointer[checkers.Runner] // set once the checks start
+	afterRun := func(string) {
+		if r := checksRunner.Load(); r != nil {
+			triggerInvariants(r)
+		}
+	}
+	daemon, ddone, err := startDerivations(dctx, store, cfg, alerts, auditdReg, logger, afterRun)
 	if err != nil {
 		dcancel()
 		return err
@@ -196,6 +204,7 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 		return err
 	}
 	defer stopChecks() // runs before the ledger closes
+	checksRunner.Store(checks)
 	opts.Checks = checks
 	if kafka != nil {
 		opts.SourceStatus = func(log string) (any, bool) { return kafka.Status(log) }

@@ -1,0 +1,284 @@
+package checkers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"maps"
+	"math"
+	"slices"
+
+	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/common/types/ref"
+	"cel.dev/cel-go/common/types/traits"
+	"cel.dev/cel-go/ext"
+
+	"github.com/auditd/auditd/ledger"
+	"github.com/auditd/auditd/rederive"
+)
+
+// InvariantSpec is a condition a derivation's state must meet after each
+// run, as a CEL expression giving a bool. Exactly one of PerKey and All is
+// set.
+type InvariantSpec struct {
+	// Name names the invariant in findings ("non_negative").
+	Name string `yaml:"name"`
+	// PerKey is checked for every key, over key (string) and state (the
+	// key's state as exported): "state >= 0", "state.balance >= 0".
+	PerKey string `yaml:"per_key"`
+	// All is checked once over every key: states (map of key to state),
+	// values (the states, in key order), count (the number of keys), and the
+	// function sum(list) (of ints, or of numbers as a double):
+	// "sum(values) == 0", "sum(states.transformList(k, v, v.balance)) == 0".
+	All string `yaml:"all"`
+}
+
+// Invariants are a derivation's compiled invariants.
+type Invariants struct {
+	derivation string
+	perKey     []compiledInvariant
+	all        []compiledInvariant
+}
+
+type compiledInvariant struct {
+	name, expr string
+	prg        cel.Program
+}
+
+// MaxInvariantFindings bounds the per-key findings one invariant reports in
+// one check; the last finding says how many more keys fail it.
+const MaxInvariantFindings = 100
+
+// CompileInvariants compiles the invariants of the named derivation. Each
+// must have a name, exactly one expression, and give a bool.
+func CompileInvariants(derivation string, specs []InvariantSpec) (*Invariants, error) {
+	base, err := cel.NewEnv(
+		cel.CrossTypeNumericComparisons(true), cel.OptionalTypes(),
+		ext.Strings(), ext.Math(), ext.Lists(), ext.Sets(), ext.Bindings(), ext.TwoVarComprehensions(),
+		cel.Function("sum", cel.Overload("sum_list", []*cel.Type{cel.ListType(cel.DynType)}, cel.DynType,
+			cel.UnaryBinding(celSum))),
+	)
+	if err != nil {
+		return nil, err
+	}
+	keyEnv, err := base.Extend(cel.Variable("key", cel.StringType), cel.Variable("state", cel.DynType))
+	if err != nil {
+		return nil, err
+	}
+	allEnv, err := base.Extend(cel.Variable("states", cel.MapType(cel.StringType, cel.DynType)),
+		cel.Variable("values", cel.ListType(cel.DynType)), cel.Variable("count", cel.IntType))
+	if err != nil {
+		return nil, err
+	}
+	iv := &Invariants{derivation: derivation}
+	seen := map[string]bool{}
+	for i, s := range specs {
+		if s.Name == "" {
+			return nil, fmt.Errorf("invariant %d of %s: name is required", i, derivation)
+		}
+		if seen[s.Name] {
+			return nil, fmt.Errorf("invariant %s of %s: name used twice", s.Name, derivation)
+		}
+		seen[s.Name] = true
+		env, expr, dst := keyEnv, s.PerKey, &iv.perKey
+		switch {
+		case (s.PerKey == "") == (s.All == ""):
+			return nil, fmt.Errorf("invariant %s of %s: exactly one of per_key and all is required", s.Name, derivation)
+		case s.All != "":
+			env, expr, dst = allEnv, s.All, &iv.all
+		}
+		ast, iss := env.Compile(expr)
+		if iss.Err() != nil {
+			return nil, fmt.Errorf("invariant %s of %s: %w", s.Name, derivation, iss.Err())
+		}
+		if t := ast.OutputType(); !t.IsExactType(cel.BoolType) && !t.IsExactType(cel.DynType) {
+			return nil, fmt.Errorf("invariant %s of %s: gives %s, want bool", s.Name, derivation, t)
+		}
+		prg, err := env.Program(ast, cel.CostLimit(1_000_000))
+		if err != nil {
+			return nil, fmt.Errorf("invariant %s of %s: %w", s.Name, derivation, err)
+		}
+		*dst = append(*dst, compiledInvariant{name: s.Name, expr: expr, prg: prg})
+	}
+	return iv, nil
+}
+
+// Check evaluates the invariants over states, the derivation's state after
+// a run (each key's exported value, in key order), and returns a finding of
+// kind invariant for each key a per-key invariant fails on (at most
+// MaxInvariantFindings per invariant, the last counting the rest) and for
+// each all-keys invariant that fails. An expression that cannot be
+// evaluated on a state (a missing field, a type it does not take) fails
+// it: the invariant claims to hold for every state. The finding's Log is
+// the derivation's name.
+func (iv *Invariants) Check(states iter.Seq2[string, any]) []Finding {
+	var out []Finding
+	failed := make([]int, len(iv.perKey))
+	var all map[string]any
+	var values []any
+	if len(iv.all) > 0 {
+		all = map[string]any{}
+	}
+	found := func(inv compiledInvariant, detail string) {
+		out = append(out, Finding{Log: iv.derivation, Kind: ledger.IntegrityInvariant,
+			Detail: fmt.Sprintf("invariant %s (%s): %s", inv.name, inv.expr, detail)})
+	}
+	for key, state := range states {
+		if all != nil {
+			all[key] = state
+			values = append(values, state)
+		}
+		for i, inv := range iv.perKey {
+			ok, err := evalBool(inv.prg, map[string]any{"key": key, "state": state})
+			if ok {
+				continue
+			}
+			failed[i]++
+			if failed[i] > MaxInvariantFindings {
+				continue
+			}
+			if err != nil {
+				found(inv, fmt.Sprintf("key %q: cannot be evaluated on its state %v: %v", key, state, err))
+			} else {
+				found(inv, fmt.Sprintf("key %q: false for state %v", key, state))
+			}
+		}
+	}
+	for i, inv := range iv.perKey {
+		if n := failed[i] - MaxInvariantFindings; n > 0 {
+			found(inv, fmt.Sprintf("and %d more keys", n))
+		}
+	}
+	for _, inv := range iv.all {
+		if values == nil {
+			values = []any{}
+		}
+		ok, err := evalBool(inv.prg, map[string]any{"states": all, "values": values, "count": int64(len(values))})
+		switch {
+		case err != nil:
+			found(inv, fmt.Sprintf("over %d keys: cannot be evaluated: %v", len(values), err))
+		case !ok:
+			found(inv, fmt.Sprintf("false over %d keys", len(values)))
+		}
+	}
+	return out
+}
+
+func evalBool(prg cel.Program, vars map[string]any) (bool, error) {
+	v, _, err := prg.Eval(vars)
+	if err != nil {
+		return false, err
+	}
+	b, ok := v.(types.Bool)
+	if !ok {
+		return false, fmt.Errorf("gives %s, want bool", v.Type().TypeName())
+	}
+	return bool(b), nil
+}
+
+var errSum = errors.New("sum: not a number")
+
+// celSum adds a list of numbers: ints to an int (an error on overflow),
+// otherwise, with a double or uint among them, to a double.
+func celSum(v ref.Val) ref.Val {
+	l, ok := v.(traits.Lister)
+	if !ok {
+		return types.NewErr("sum: not a list")
+	}
+	var isum int64
+	var fsum float64
+	double := false
+	for it := l.Iterator(); it.HasNext() == types.True; {
+		switch x := it.Next().(type) {
+		case types.Int:
+			if !double {
+				if (x > 0 && isum > math.MaxInt64-int64(x)) || (x < 0 && isum < math.MinInt64-int64(x)) {
+					return types.NewErr("sum: int overflow")
+				}
+				isum += int64(x)
+			}
+			fsum += float64(x)
+		case types.Uint:
+			double = true
+			fsum += float64(x)
+		case types.Double:
+			double = true
+			fsum += float64(x)
+		default:
+			return types.NewErr("%v: %s", errSum, x.Type().TypeName())
+		}
+	}
+	if double {
+		return types.Double(fsum)
+	}
+	return types.Int(isum)
+}
+
+// InvariantTarget is a derivation and its invariants.
+type InvariantTarget struct {
+	Derivation rederive.Derivation
+	Invariants *Invariants
+}
+
+// InvariantCheck checks derivations' invariants over their latest saved
+// results (name "invariants"): the state the daemon's last run of each
+// derivation saved in the bucket, each key's state exported as the
+// derived store is compared with. A derivation that has not saved a result
+// yet is skipped; a result that cannot be read or exported is an error of
+// the pass.
+type InvariantCheck struct {
+	bucket  *ledger.Bucket
+	targets []InvariantTarget
+}
+
+var _ Checker = (*InvariantCheck)(nil)
+
+// NewInvariantCheck returns the invariant check of targets, whose results
+// the derivation runner saves in bucket.
+func NewInvariantCheck(bucket *ledger.Bucket, targets []InvariantTarget) *InvariantCheck {
+	return &InvariantCheck{bucket: bucket, targets: targets}
+}
+
+// Name implements Checker.
+func (c *InvariantCheck) Name() string { return "invariants" }
+
+// Run implements Checker.
+func (c *InvariantCheck) Run(ctx context.Context, p Progress) error {
+	for _, t := range c.targets {
+		name := t.Derivation.Name()
+		res, err := rederive.LoadResult(c.bucket, t.Derivation)
+		if errors.Is(err, ledger.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("invariants: %s: %w", name, err)
+		}
+		keys := slices.Sorted(maps.Keys(res.States))
+		var exportErr error
+		states := func(yield func(string, any) bool) {
+			for _, k := range keys {
+				v, err := t.Derivation.Export(res.States[k])
+				if err != nil {
+					exportErr = fmt.Errorf("invariants: %s: export key %q: %w", name, k, err)
+					return
+				}
+				if !yield(k, v) {
+					return
+				}
+			}
+		}
+		fs := t.Invariants.Check(states)
+		if exportErr != nil {
+			return exportErr
+		}
+		for _, f := range fs {
+			p.Found(f)
+		}
+		if err := p.Checked(ctx, len(keys)); err != nil {
+			return err
+		}
+	}
+	return nil
+}

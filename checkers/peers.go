@@ -1,0 +1,313 @@
+package checkers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"golang.org/x/mod/sumdb/note"
+
+	"github.com/auditd/auditd/client"
+	"github.com/auditd/auditd/ledger"
+	"github.com/auditd/auditd/merkle"
+)
+
+// Peer is another server of signed checkpoints for logs this instance
+// keeps: another auditd consuming the same partitions, or any server of
+// C2SP checkpoints and consistency proofs at auditd's API paths
+// (GET /v1/logs/{log}/checkpoint, /v1/logs/{log}/proof/consistency).
+type Peer struct {
+	// URL is the peer's base URL ("http://10.0.0.2:8080").
+	URL string
+	// Verifier checks the peer's checkpoints.
+	Verifier note.Verifier
+	// OriginPrefix is prepended to a log's name to give the origin the
+	// peer's checkpoints of it must carry; empty means the verifier's
+	// name and a slash, as auditd signs them ("<key name>/<log>").
+	OriginPrefix string
+	// Origins maps a log to the peer's origin for it, overriding
+	// OriginPrefix.
+	Origins map[string]string
+	// Logs, if set, are the logs to compare (those this instance has);
+	// otherwise those both list (the peer's GET /v1/logs).
+	Logs []string
+	// Token is a bearer token for a peer whose reads are protected.
+	Token string
+}
+
+// Origin returns the origin the peer's checkpoints of log carry.
+func (p Peer) Origin(log string) string {
+	if o, ok := p.Origins[log]; ok {
+		return o
+	}
+	if p.OriginPrefix != "" {
+		return p.OriginPrefix + log
+	}
+	return p.Verifier.Name() + "/" + log
+}
+
+// key identifies a peer for duplicate detection: its URL, or its key and
+// origins (the same log served at two addresses).
+func (p Peer) key() string { return strings.TrimRight(p.URL, "/") }
+
+// ErrPeerConfig reports a peer list that cannot be checked: a peer listed
+// twice, a peer that is this instance, a peer without URL or key.
+var ErrPeerConfig = errors.New("checkers: peer configuration")
+
+// ValidatePeers checks peers against this instance, whose checkpoints are
+// verified by self with origins "<self name>/<log>": no peer without a URL
+// or verifier, none listed twice (same URL, or same key and origins), none
+// that is this instance (its key and its origins), which would only ever
+// agree with itself.
+func ValidatePeers(self note.Verifier, peers []Peer) error {
+	seen := map[string]int{}
+	seenKey := map[string]int{}
+	for i, p := range peers {
+		if p.URL == "" || p.Verifier == nil {
+			return fmt.Errorf("%w: peer %d: url and key are required", ErrPeerConfig, i)
+		}
+		if u, err := url.Parse(p.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("%w: peer %d: url %q is not an http(s) URL", ErrPeerConfig, i, p.URL)
+		}
+		if j, ok := seen[p.key()]; ok {
+			return fmt.Errorf("%w: peer %d (%s) is listed twice (also peer %d)", ErrPeerConfig, i, p.URL, j)
+		}
+		seen[p.key()] = i
+		id := verifierID(p.Verifier) + "\x00" + p.Origin("\x00") + "\x00" + fmt.Sprint(p.Origins)
+		if j, ok := seenKey[id]; ok {
+			return fmt.Errorf("%w: peer %d (%s) has the same key and origins as peer %d: one log listed twice", ErrPeerConfig, i, p.URL, j)
+		}
+		seenKey[id] = i
+		if self != nil && verifierID(p.Verifier) == verifierID(self) && p.Origin("\x00") == self.Name()+"/\x00" && len(p.Origins) == 0 {
+			return fmt.Errorf("%w: peer %d (%s) is this instance: same verifier key and origins", ErrPeerConfig, i, p.URL)
+		}
+	}
+	return nil
+}
+
+// verifierID is a verifier's name and key hash.
+func verifierID(v note.Verifier) string { return fmt.Sprintf("%s+%08x", v.Name(), v.KeyHash()) }
+
+// PeerCheck cross-checks this instance's logs with its peers' checkpoints
+// (name "peers"). For each log both have, it fetches the peer's latest
+// checkpoint and verifies its signature and origin (else a finding of kind
+// peer_checkpoint_bad), then checks the two signed trees are one history:
+// equal roots at equal sizes, and a consistency proof from the smaller to
+// the larger, built from this instance's tree when its checkpoint is the
+// larger and fetched from the peer (and verified) when the peer's is. Two
+// checkpoints that cannot both be true are a finding of kind fork, with
+// both signed notes as its evidence. A peer that cannot be reached or
+// answers something that is not a checkpoint or a proof is an error of the
+// pass, never a finding; the other peers are checked all the same.
+type PeerCheck struct {
+	store *ledger.Store
+	peers []Peer
+	http  *http.Client
+}
+
+var _ Checker = (*PeerCheck)(nil)
+
+// NewPeerCheck returns the cross-check of store's logs with peers. It
+// refuses a peer list with a peer listed twice; ValidatePeers also refuses
+// this instance as a peer, which the configuration checks.
+func NewPeerCheck(store *ledger.Store, peers []Peer) (*PeerCheck, error) {
+	if err := ValidatePeers(nil, peers); err != nil {
+		return nil, err
+	}
+	return &PeerCheck{store: store, peers: peers, http: &http.Client{Timeout: 30 * time.Second}}, nil
+}
+
+// Name implements Checker.
+func (c *PeerCheck) Name() string { return "peers" }
+
+// Run implements Checker.
+func (c *PeerCheck) Run(ctx context.Context, p Progress) error {
+	var errs []error
+	for _, peer := range c.peers {
+		if err := c.runPeer(ctx, peer, p); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			errs = append(errs, fmt.Errorf("peer %s: %w", peer.URL, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c *PeerCheck) runPeer(ctx context.Context, peer Peer, p Progress) error {
+	cl := client.New(peer.URL, peer.Verifier)
+	if peer.Token != "" {
+		cl.WithToken(peer.Token)
+	}
+	ours := map[string]bool{}
+	for _, l := range c.store.Logs() {
+		ours[l.Name] = true
+	}
+	logs := peer.Logs
+	if len(logs) == 0 {
+		theirs, err := cl.Logs(ctx)
+		if err != nil {
+			return fmt.Errorf("list logs: %w", err)
+		}
+		logs = theirs
+	}
+	var errs []error
+	for _, name := range logs {
+		if !ours[name] {
+			continue
+		}
+		if err := p.Checked(ctx, 0); err != nil {
+			return err
+		}
+		if err := c.checkLog(ctx, cl, peer, name, p); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkLog compares one log's latest checkpoints, ours and the peer's.
+func (c *PeerCheck) checkLog(ctx context.Context, cl *client.Client, peer Peer, name string, p Progress) error {
+	l, err := c.store.Log(name)
+	if err != nil {
+		return err
+	}
+	mine := l.Checkpoint()
+	if mine == nil {
+		return nil // nothing signed yet: nothing to compare
+	}
+	raw, err := c.fetchCheckpoint(ctx, peer, name)
+	if err != nil {
+		return err
+	}
+	if raw == nil {
+		return nil // the peer has signed nothing yet: nothing to compare
+	}
+	theirs, bad, err := openPeerCheckpoint(raw, peer.Verifier, peer.Origin(name))
+	if err != nil {
+		return err
+	}
+	if bad != "" {
+		p.Found(Finding{Log: name, Kind: ledger.IntegrityPeerCheckpointBad,
+			Detail:   fmt.Sprintf("peer %s: %s", peer.URL, bad),
+			Evidence: []string{string(raw)}})
+		return nil
+	}
+	fork := func(detail string) {
+		p.Found(Finding{Log: name, Checkpoint: At(theirs.Size), Kind: ledger.IntegrityFork,
+			Detail: fmt.Sprintf("peer %s: our checkpoint of size %d (root %s) and the peer's of size %d (root %s) cannot both be true: %s",
+				peer.URL, mine.Size, mine.Root, theirs.Size, theirs.Root, detail),
+			Evidence: []string{string(mine.Note), string(raw)}})
+	}
+	switch {
+	case mine.Size == theirs.Size:
+		if mine.Root != theirs.Root {
+			fork("equal sizes, different roots")
+		}
+	case theirs.Size == 0 || mine.Size == 0:
+		// The empty tree is a prefix of every tree, if its root is the
+		// empty tree's.
+		small := theirs.Checkpoint
+		if mine.Size == 0 {
+			small = mine.Checkpoint
+		}
+		if small.Root != merkle.EmptyRoot() {
+			fork("a checkpoint of the empty tree with a non-empty root")
+		}
+	case theirs.Size < mine.Size:
+		// Ours is larger: prove from our own tree.
+		proof, err := l.ConsistencyProof(theirs.Size, mine.Size)
+		if err != nil {
+			return fmt.Errorf("our consistency proof from %d to %d: %w", theirs.Size, mine.Size, err)
+		}
+		if err := merkle.VerifyConsistency(theirs.Size, mine.Size, proof, theirs.Root, mine.Root); err != nil {
+			fork(fmt.Sprintf("our tree's consistency proof from size %d does not verify: %v", theirs.Size, err))
+		}
+	default:
+		// The peer's is larger: its proof. One that does not decode is an
+		// error; one that decodes and does not verify is the peer's
+		// signed tree failing to extend ours.
+		proof, err := cl.ConsistencyProof(ctx, name, mine.Size, theirs.Size)
+		if err != nil {
+			return fmt.Errorf("peer's consistency proof from %d to %d: %w", mine.Size, theirs.Size, err)
+		}
+		if err := merkle.VerifyConsistency(mine.Size, theirs.Size, proof, mine.Root, theirs.Root); err != nil {
+			fork(fmt.Sprintf("the peer's consistency proof from size %d does not verify: %v", mine.Size, err))
+		}
+	}
+	return nil
+}
+
+// maxCheckpointBytes bounds a peer's checkpoint note.
+const maxCheckpointBytes = 64 << 10
+
+func (c *PeerCheck) fetchCheckpoint(ctx context.Context, peer Peer, name string) ([]byte, error) {
+	u := strings.TrimRight(peer.URL, "/") + "/v1/logs/" + url.PathEscape(name) + "/checkpoint"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	if peer.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+peer.Token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxCheckpointBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %w", u, err)
+	}
+	if resp.StatusCode == http.StatusNotFound {
+		var e struct {
+			Code string `json:"code"`
+		}
+		if json.Unmarshal(b, &e) == nil && e.Code == "no_checkpoint" {
+			return nil, nil // a log the peer has not signed yet
+		}
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", u, resp.Status)
+	}
+	if len(b) > maxCheckpointBytes {
+		return nil, fmt.Errorf("GET %s: checkpoint larger than %d bytes", u, maxCheckpointBytes)
+	}
+	return b, nil
+}
+
+// openPeerCheckpoint verifies a peer's signed checkpoint. A note that is
+// not a signed checkpoint at all (garbage) is err; a well-formed one whose
+// signature does not verify with the peer's key, or that is signed for
+// another origin, is bad (a finding: the peer signs, or serves, what it
+// should not).
+func openPeerCheckpoint(raw []byte, v note.Verifier, origin string) (cp *ledger.SignedCheckpoint, bad string, err error) {
+	n, err := note.Open(raw, note.VerifierList(v))
+	var unverified *note.UnverifiedNoteError
+	var invalid *note.InvalidSignatureError
+	switch {
+	case errors.As(err, &unverified):
+		return nil, fmt.Sprintf("checkpoint carries no signature by %s", verifierID(v)), nil
+	case errors.As(err, &invalid):
+		return nil, fmt.Sprintf("checkpoint signature by %s does not verify", verifierID(v)), nil
+	case err != nil:
+		return nil, "", fmt.Errorf("checkpoint is not a signed note: %w", err)
+	}
+	c, err := merkle.ParseCheckpoint([]byte(n.Text))
+	if err != nil {
+		return nil, "", fmt.Errorf("signed note is not a checkpoint: %w", err)
+	}
+	if c.Origin != origin {
+		return nil, fmt.Sprintf("checkpoint signed for origin %q, want %q", c.Origin, origin), nil
+	}
+	return &ledger.SignedCheckpoint{Checkpoint: c, Note: raw}, "", nil
+}

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/auditd/auditd/checkers"
+	"github.com/auditd/auditd/ledger"
+	"github.com/auditd/auditd/rederive"
+)
+
+// InvariantsConfig declares invariants over derivations' state
+// (checks.invariants, docs/checkers.md#invariants): CEL conditions each
+// derivation's latest saved result must meet.
+type InvariantsConfig struct {
+	// Interval is how often the invariants are checked over the latest
+	// saved result of each derivation, besides the check queued after each
+	// derivation run. Default 1m; 0: only after runs and on demand.
+	Interval time.Duration `yaml:"interval"`
+	// Derivations maps a derivation's name (one of the derivations files)
+	// to its invariants.
+	Derivations map[string][]checkers.InvariantSpec `yaml:"derivations"`
+}
+
+// invariantCheckers is the invariant check as the daemon schedules it,
+// none without invariants. An invariant of a derivation not declared in
+// files, or one that does not compile, is refused.
+func invariantCheckers(store *ledger.Store, files []string, cfg InvariantsConfig) ([]scheduledChecker, error) {
+	if len(cfg.Derivations) == 0 {
+		return nil, nil
+	}
+	if cfg.Interval < 0 {
+		return nil, fmt.Errorf("config: checks.invariants.interval must not be negative")
+	}
+	var specs []*rederive.Spec
+	if len(files) > 0 {
+		var err error
+		if specs, err = rederive.LoadSpecs(files...); err != nil {
+			return nil, err
+		}
+	}
+	byName := map[string]*rederive.Spec{}
+	for _, s := range specs {
+		byName[s.Name] = s
+	}
+	var targets []checkers.InvariantTarget
+	for _, name := range slices.Sorted(maps.Keys(cfg.Derivations)) {
+		s, ok := byName[name]
+		if !ok {
+			return nil, fmt.Errorf("config: checks.invariants: no derivation %q in the derivations files", name)
+		}
+		d, err := rederive.Compile(s)
+		if err != nil {
+			return nil, err
+		}
+		iv, err := checkers.CompileInvariants(name, cfg.Derivations[name])
+		if err != nil {
+			return nil, fmt.Errorf("config: checks.invariants: %w", err)
+		}
+		targets = append(targets, checkers.InvariantTarget{Derivation: d, Invariants: iv})
+	}
+	b, err := store.Bucket("derive")
+	if err != nil {
+		return nil, err
+	}
+	return []scheduledChecker{{checkers.NewInvariantCheck(b, targets),
+		checkers.Schedule{Interval: cfg.Interval, Jitter: cfg.Interval / 10}}}, nil
+}
+
+// triggerInvariants queues a pass of the invariant check, if registered:
+// the daemon calls it after each derivation run. Passes coalesce: one
+// queued while one runs covers every run before it started.
+func triggerInvariants(r *checkers.Runner) {
+	_ = r.Trigger("invariants") // ErrUnknownChecker: no invariants configured
+}

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/auditd/auditd/checkers"
+	"github.com/auditd/auditd/ledger"
+)
+
+// TestDaemonInvariants runs the daemon with a derivation and an invariant
+// over its state, checked after each derivation run only (no schedule of
+// its own): a key driven negative by the ledger's events is raised as an
+// integrity alert of kind invariant naming the key.
+func TestDaemonInvariants(t *testing.T) {
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "bal.yaml")
+	if err := os.WriteFile(spec, []byte(`derivations:
+  - name: bal
+    sources: [pay]
+    store: {file: {path: `+filepath.Join(dir, "bal.jsonl")+`}}
+    key: event.acct
+    initial: "0.0"
+    step: state + double(event.amount)
+    interval: 100ms
+    full_interval: 1s
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bal.jsonl"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := defaultConfig()
+	cfg.DataDir, cfg.Listen = filepath.Join(dir, "data"), "127.0.0.1:0"
+	cfg.CheckpointInterval = 10 * time.Millisecond
+	cfg.Derivations = []string{spec}
+	cfg.Checks.Invariants = InvariantsConfig{Interval: 0, Derivations: map[string][]checkers.InvariantSpec{
+		"bal": {{Name: "non_negative", PerKey: "state >= 0.0"}}}}
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready, done := make(chan string, 1), make(chan error, 1)
+	go func() { done <- serve(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), ready) }()
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatalf("serve: %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve returned %v", err)
+		}
+	})
+	url := "http://" + addr
+	post(t, url+"/v1/logs/pay/entries?wait=checkpoint", `{"id":"1","time":"2026-01-01T00:00:00Z","payload":{"acct":"a","amount":5}}
+{"id":"2","time":"2026-01-01T00:00:01Z","payload":{"acct":"b","amount":3}}
+{"id":"3","time":"2026-01-01T00:00:02Z","payload":{"acct":"b","amount":-7}}
+`)
+	a := getAlertHTTP(t, url+"/v1/alerts/integrity/checks/invariants/bal/invariant")
+	if a.State != "firing" || a.Labels["severity"] != "critical" || !strings.Contains(string(a.Details), `key \"b\"`) || strings.Contains(string(a.Details), `key \"a\"`) {
+		t.Fatalf("alert %+v %s", a, a.Details)
+	}
+}
+
+// TestInvariantsConfig: an invariant of an unknown derivation, or one that
+// does not compile, keeps the daemon from starting.
+func TestInvariantsConfig(t *testing.T) {
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "bal.yaml")
+	if err := os.WriteFile(spec, []byte("derivations:\n  - name: bal\n    sources: [pay]\n    store: {file: {path: x.jsonl}}\n    key: event.acct\n    initial: \"0\"\n    step: state + 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  InvariantsConfig
+		ok   bool
+	}{
+		{"good", InvariantsConfig{Derivations: map[string][]checkers.InvariantSpec{"bal": {{Name: "n", PerKey: "state >= 0"}}}}, true},
+		{"none", InvariantsConfig{}, true},
+		{"unknown derivation", InvariantsConfig{Derivations: map[string][]checkers.InvariantSpec{"nope": {{Name: "n", PerKey: "state >= 0"}}}}, false},
+		{"bad expression", InvariantsConfig{Derivations: map[string][]checkers.InvariantSpec{"bal": {{Name: "n", PerKey: "state >="}}}}, false},
+	} {
+		st := newTestStore(t)
+		_, err := invariantCheckers(st, []string{spec}, tc.cfg)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: err %v, want ok %v", tc.name, err, tc.ok)
+		}
+	}
+}
+
+func newTestStore(t *testing.T) *ledger.Store {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "data")
+	k, _, err := loadOrCreateKey(filepath.Join(dir, "auditd.key"), "inv.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := ledger.Open(dir, k.signer, k.verifier, ledger.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}

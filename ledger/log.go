@@ -255,8 +255,8 @@ func (l *Log) persist(b *pebble.Batch) error {
 }
 
 // WaitCheckpoint returns the first checkpoint whose size is at least size,
-// waiting for one to be signed if needed. A log signs its first checkpoint
-// after its first append, so on an empty log even size 0 waits for it.
+// waiting for one to be signed if needed. A log that exists (CreateLog, or
+// a first append) has a checkpoint, of size 0 while it is empty.
 func (l *Log) WaitCheckpoint(ctx context.Context, size uint64) (*SignedCheckpoint, error) {
 	for {
 		l.cpMu.Lock()
@@ -355,7 +355,8 @@ func (l *Log) needsCheckpoint() bool {
 	}
 	cp := l.cp.Load()
 	if cp == nil {
-		return l.w.size > 0
+		// A log that exists signs a checkpoint even while empty.
+		return l.w.size > 0 || l.persisted.Load()
 	}
 	return cp.Size < l.w.size
 }
@@ -427,6 +428,10 @@ func (l *Log) process(group []*appendReq) {
 		if !l.persisted.Load() {
 			if r.err = r.persist.Commit(pebble.Sync); r.err == nil {
 				l.markPersisted()
+				// An empty log has a checkpoint too (size 0, the empty
+				// root), as tlog clients expect; signed before CreateLog
+				// returns, so the log is never seen without one.
+				l.sign()
 			}
 		}
 		close(r.done)

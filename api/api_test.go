@@ -302,9 +302,15 @@ func TestListAndGetLogs(t *testing.T) {
 	r2 := env.getJSON("/v1/logs/b.log/", nil)
 	wantBody(t, "GET /v1/logs/b.log/", r2.body, string(r.body))
 
-	// A log that has never grown has no checkpoint yet.
+	// A log that has never grown has a checkpoint of size 0 (the empty
+	// root), as tlog clients expect, and it verifies.
+	emptyNote := env.get("/v1/logs/empty/checkpoint", http.StatusOK).body
+	if c := openCheckpoint(t, env, "empty", string(emptyNote)); c.Size != 0 || c.Root != merkle.Hash(empty) {
+		t.Errorf("empty log's checkpoint: size %d root %s, want 0 and the empty root", c.Size, c.Root)
+	}
 	r = env.getJSON("/v1/logs/empty", nil)
-	wantBody(t, "GET /v1/logs/empty", r.body, fmt.Sprintf(`{"name":"empty","size":0,"root_hash":"%s","origin":"%s/empty"}`+"\n", b64(empty[:]), testKeyName))
+	wantBody(t, "GET /v1/logs/empty", r.body, fmt.Sprintf(`{"name":"empty","size":0,"root_hash":"%s","origin":"%s/empty","checkpoint":{"size":0,"root_hash":"%s","note":%s}}`+"\n",
+		b64(empty[:]), testKeyName, b64(empty[:]), jsonString(string(emptyNote))))
 
 	// The checkpoint history.
 	var list []struct {
@@ -849,8 +855,8 @@ func TestBadRequests(t *testing.T) {
 		{name: "checkpoints limit too big", method: get, path: "/v1/logs/orders/checkpoints?limit=1001", status: 400, code: "invalid_parameter"},
 		{name: "wait for something else", method: post, path: entries + "?wait=soon", body: `{"payload":1}`, status: 400, code: "invalid_parameter"},
 		// A log without a checkpoint.
-		{name: "checkpoint of a log that never grew", method: get, path: "/v1/logs/empty/checkpoint", status: 404, code: "no_checkpoint"},
-		{name: "inclusion without size before any checkpoint", method: get, path: "/v1/logs/empty/proof/inclusion?index=0", status: 404, code: "no_checkpoint"},
+		// An empty log's checkpoint has size 0: no entry is in it.
+		{name: "inclusion in an empty log", method: get, path: "/v1/logs/empty/proof/inclusion?index=0", status: 400, code: "out_of_range"},
 		// Tiles.
 		{name: "tile path too short", method: get, path: "/v1/logs/orders/tile/0", status: 404, code: "bad_tile_path"},
 		{name: "tile index not 3 digits", method: get, path: "/v1/logs/orders/tile/0/0", status: 404, code: "bad_tile_path"},

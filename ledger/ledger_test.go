@@ -513,8 +513,8 @@ func TestLedgerWaitCheckpoint(t *testing.T) {
 	t.Run("covers size", func(t *testing.T) {
 		s, v := newTestStore(t)
 		l := mustCreateLog(t, s, "w")
-		if cp := l.Checkpoint(); cp != nil {
-			t.Errorf("new log has a checkpoint: %+v", cp.Checkpoint)
+		if cp := l.Checkpoint(); cp == nil || cp.Size != 0 || cp.Root != merkle.EmptyRoot() {
+			t.Errorf("new log's checkpoint: %+v, want size 0 and the empty root", cp)
 		}
 		mustAppend(t, l, Entry{ID: "1"}, Entry{ID: "2"}, Entry{ID: "3"})
 		cp, err := l.WaitCheckpoint(testCtx(t, 10*time.Second), 3)
@@ -574,8 +574,9 @@ func TestLedgerWaitCheckpoint(t *testing.T) {
 		if got := l.Checkpoint(); got.Size != 1 {
 			t.Errorf("Checkpoint() size %d, want 1", got.Size)
 		}
-		if got := metricValue(t, s, "ledger_checkpoints_signed_total", "log", "w"); got != 1 {
-			t.Errorf("ledger_checkpoints_signed_total = %v, want 1", got)
+		// The empty log's checkpoint and the first of entries.
+		if got := metricValue(t, s, "ledger_checkpoints_signed_total", "log", "w"); got != 2 {
+			t.Errorf("ledger_checkpoints_signed_total = %v, want 2", got)
 		}
 		// Close signs a last checkpoint over the grown tree.
 		s = reopen(t, s)
@@ -878,8 +879,9 @@ func TestLedgerCheckpointHistory(t *testing.T) {
 	}
 	// Each append was waited for before the next, so each size has exactly
 	// one checkpoint.
-	if !reflect.DeepEqual(got, sizes) {
-		t.Fatalf("checkpoint sizes = %v, want %v", got, sizes)
+	// The first is the empty log's, signed when it was created.
+	if want := append([]uint64{0}, sizes...); !reflect.DeepEqual(got, want) {
+		t.Fatalf("checkpoint sizes = %v, want %v", got, want)
 	}
 	for i, cp := range cps {
 		n, err := note.Open(cp.Note, note.VerifierList(v))
@@ -913,7 +915,7 @@ func TestLedgerCheckpointHistory(t *testing.T) {
 		t.Errorf("Checkpoint() is not the last of the history")
 	}
 	// Bounds and limit.
-	if two, err := l.Checkpoints(0, math.MaxUint64, 2); err != nil || len(two) != 2 || two[0].Size != sizes[0] || two[1].Size != sizes[1] {
+	if two, err := l.Checkpoints(1, math.MaxUint64, 2); err != nil || len(two) != 2 || two[0].Size != sizes[0] || two[1].Size != sizes[1] {
 		t.Errorf("Checkpoints(0, max, 2) = %d checkpoints, %v", len(two), err)
 	}
 	if one, err := l.Checkpoints(sizes[3], sizes[3], 0); err != nil || len(one) != 1 || one[0].Size != sizes[3] {

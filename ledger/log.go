@@ -835,7 +835,11 @@ func (l *Log) sign() {
 		return
 	}
 	now := time.Now()
-	w.lastSign = now
+	if c.Size > 0 {
+		// The empty log's checkpoint does not hold back the first one of
+		// entries: that is signed as soon as they are durable.
+		w.lastSign = now
+	}
 	scp := &SignedCheckpoint{Checkpoint: c, Note: n}
 	l.pinned = scp
 	l.cp.Store(scp)

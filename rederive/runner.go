@@ -169,7 +169,9 @@ func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
 		if err != nil {
 			return fail(ledgerKind(err), fmt.Errorf("checkpoint of %s: %w", l, err))
 		}
-		if ok {
+		// An empty log (no checkpoint, or one of size 0) has nothing to
+		// judge yet.
+		if ok && p.Size > 0 {
 			cps = append(cps, p)
 		}
 	}
@@ -180,7 +182,7 @@ func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
 		// Nothing to judge yet (a fresh daemon before its first events):
 		// pending, as verify treats empty logs, not a derivation error.
 		rep.State = StatePending
-		rep.Waiting = fmt.Sprintf("no source log matching %v has a signed checkpoint yet", d.Sources())
+		rep.Waiting = fmt.Sprintf("no source log matching %v has a signed checkpoint of entries yet", d.Sources())
 		rep.Pins = []Pin{}
 		rep.Seconds = time.Since(start).Seconds()
 		r.finish(rep)

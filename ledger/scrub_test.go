@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -228,4 +229,47 @@ func snapshotDir(t *testing.T, dir string) map[string]string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// TestRawLogScanBoundsBatchBytes checks that a scan of large entries hands
+// out batches of at most scanBatchBytes of stored entries (plus the one
+// that crossed the bound), not scanBatchSize of them: 4 batches of 4,096
+// large payloads in flight once took a daemon's scrub past 1 GiB.
+func TestRawLogScanBoundsBatchBytes(t *testing.T) {
+	s, _ := newTestStore(t, WithCheckpointInterval(0))
+	l, err := s.CreateLog("big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const total, size = 40, 200 << 10 // 8 MB of payloads
+	ctx := context.Background()
+	for i := 0; i < total; i++ {
+		p := bytes.Repeat([]byte{byte(i)}, size)
+		if _, err := l.Append(ctx, []Entry{{ID: fmt.Sprint(i), Payload: p}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := l.Raw()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	perBatch := scanBatchBytes/size + 1 // the entry that reaches the bound is the batch's last
+	seen, batches := 0, 0
+	err = r.Scan(ctx, 0, total, func(b []ScannedEntry) error {
+		batches++
+		if len(b) > perBatch {
+			t.Errorf("batch %d holds %d entries of %d bytes, want at most %d", batches, len(b), size, perBatch)
+		}
+		for _, e := range b {
+			if e.Err != nil {
+				t.Errorf("entry %d: %v", e.Index, e.Err)
+			}
+			seen++
+		}
+		return nil
+	})
+	if err != nil || seen != total {
+		t.Fatalf("Scan: %d entries in %d batches, %v; want %d", seen, batches, err, total)
+	}
 }

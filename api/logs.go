@@ -72,6 +72,9 @@ func (s *Server) getLog(w http.ResponseWriter, r *http.Request) {
 		Checkpoint *checkpointOut `json:"checkpoint,omitempty"`
 		Source     any            `json:"source,omitempty"`
 		Error      string         `json:"error,omitempty"`
+		// ReadOnly says why the log takes no appends: it was opened
+		// read-only (--rollback-read-only) behind a checkpoint it signed.
+		ReadOnly string `json:"read_only,omitempty"`
 	}{logOut: logOut{Name: li.Name, Size: li.Size, RootHash: li.Root}, Origin: l.Origin()}
 	if f := s.opts.SourceStatus; f != nil {
 		if st, ok := f(li.Name); ok {
@@ -83,6 +86,9 @@ func (s *Server) getLog(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := l.Err(); err != nil {
 		out.Error = err.Error()
+	}
+	if err := l.ReadOnly(); err != nil {
+		out.ReadOnly = err.Error()
 	}
 	writeJSON(w, http.StatusOK, out)
 }

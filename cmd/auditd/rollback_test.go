@@ -177,10 +177,14 @@ func TestServeRollback(t *testing.T) {
 		t.Errorf("the read-only log serves a checkpoint never served before:\n%s", cp)
 	}
 	var info struct {
-		Size uint64 `json:"size"`
+		Size     uint64 `json:"size"`
+		ReadOnly string `json:"read_only"`
 	}
 	if err := d.getJSON(ctx, "/v1/logs/"+log+"/", &info); err != nil || info.Size != left {
 		t.Errorf("log size %d (%v), want %d", info.Size, err, left)
+	}
+	if !strings.Contains(info.ReadOnly, "read-only") {
+		t.Errorf("GET /v1/logs/%s: read_only %q, want why the log is read-only", log, info.ReadOnly)
 	}
 	var alerts struct {
 		Alerts []struct {

@@ -78,13 +78,17 @@ func (c *Client) get(ctx context.Context, path string, q url.Values) ([]byte, er
 		return nil, fmt.Errorf("GET %s: %w", u, err)
 	}
 	if resp.StatusCode != http.StatusOK {
+		status := errors.New(resp.Status)
+		if resp.StatusCode == http.StatusNotFound {
+			status = fmt.Errorf("%w (%s)", ErrNotFound, resp.Status)
+		}
 		var e struct {
 			Error string `json:"error"`
 		}
 		if json.Unmarshal(b, &e) == nil && e.Error != "" {
-			return nil, fmt.Errorf("GET %s: %s: %s", u, resp.Status, e.Error)
+			return nil, fmt.Errorf("GET %s: %w: %s", u, status, e.Error)
 		}
-		return nil, fmt.Errorf("GET %s: %s", u, resp.Status)
+		return nil, fmt.Errorf("GET %s: %w", u, status)
 	}
 	return b, nil
 }

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
@@ -48,29 +46,11 @@ func TilePath(level uint8, n uint64, width int) string {
 // log. The hashes are as the server sent them, unverified. A tile the
 // server does not hold is ErrNotFound.
 func (c *Client) Tile(ctx context.Context, log string, level uint8, n uint64, width int) ([]merkle.Hash, error) {
-	u := c.base + logPath(log) + "/tile/" + TilePath(level, n, width)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	b, err := c.get(ctx, logPath(log)+"/tile/"+TilePath(level, n, width), nil)
 	if err != nil {
-		return nil, err
+		return nil, err // a 404 wraps ErrNotFound
 	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 256*merkle.HashSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", u, err)
-	}
-	switch {
-	case resp.StatusCode == http.StatusNotFound:
-		return nil, fmt.Errorf("GET %s: %w", u, ErrNotFound)
-	case resp.StatusCode != http.StatusOK:
-		return nil, fmt.Errorf("GET %s: %s", u, resp.Status)
-	case len(b) != width*merkle.HashSize:
+	if len(b) != width*merkle.HashSize {
 		return nil, verifyErr("tile %s of %s: %d bytes, want %d", TilePath(level, n, width), log, len(b), width*merkle.HashSize)
 	}
 	hs := make([]merkle.Hash, width)

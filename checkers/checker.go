@@ -10,6 +10,8 @@ package checkers
 import (
 	"context"
 	"fmt"
+
+	"github.com/auditd/auditd/rederive"
 )
 
 // Finding is one thing a check found wrong.
@@ -27,8 +29,16 @@ type Finding struct {
 	Kind   string `json:"kind"`
 	Detail string `json:"detail"`
 	// Evidence holds what proves the finding to a third party, such as
-	// the two signed checkpoint notes of a fork.
+	// the two signed checkpoint notes of a fork, or the signed checkpoints
+	// an invariant finding's lineage is proven against.
 	Evidence []string `json:"evidence,omitempty"`
+	// Key is the derived key concerned, when the finding is about one
+	// (an invariant failing on one key's state).
+	Key string `json:"key,omitempty"`
+	// Lineage is, for a finding about a derived key, the last ledger
+	// entries applied to it, oldest first, each with its inclusion proof
+	// in the signed checkpoint (in Evidence) of its log.
+	Lineage []rederive.Evidence `json:"lineage,omitempty"`
 }
 
 func (f Finding) String() string {

@@ -33,6 +33,10 @@ type InvariantSpec struct {
 	// function sum(list) (of ints, or of numbers as a double):
 	// "sum(values) == 0", "sum(states.transformList(k, v, v.balance)) == 0".
 	All string `yaml:"all"`
+
+	// pos and exprPos place the invariant's mapping and expression in
+	// the YAML it was read from (UnmarshalYAML), for errors.
+	pos, exprPos yamlPos
 }
 
 // Invariants are a derivation's compiled invariants.
@@ -75,30 +79,38 @@ func CompileInvariants(derivation string, specs []InvariantSpec) (*Invariants, e
 	iv := &Invariants{derivation: derivation}
 	seen := map[string]bool{}
 	for i, s := range specs {
+		fail := func(p yamlPos, format string, args ...any) error {
+			return &InvariantError{Line: p.line, Column: p.column, Derivation: derivation, Invariant: s.Name,
+				Msg: fmt.Sprintf(format, args...)}
+		}
 		if s.Name == "" {
-			return nil, fmt.Errorf("invariant %d of %s: name is required", i, derivation)
+			return nil, fail(s.pos, "invariant %d: name is required", i)
 		}
 		if seen[s.Name] {
-			return nil, fmt.Errorf("invariant %s of %s: name used twice", s.Name, derivation)
+			return nil, fail(s.pos, "name used twice")
 		}
 		seen[s.Name] = true
 		env, expr, dst := keyEnv, s.PerKey, &iv.perKey
 		switch {
 		case (s.PerKey == "") == (s.All == ""):
-			return nil, fmt.Errorf("invariant %s of %s: exactly one of per_key and all is required", s.Name, derivation)
+			return nil, fail(s.pos, "exactly one of per_key and all is required")
 		case s.All != "":
 			env, expr, dst = allEnv, s.All, &iv.all
 		}
 		ast, iss := env.Compile(expr)
 		if iss.Err() != nil {
-			return nil, fmt.Errorf("invariant %s of %s: %w", s.Name, derivation, iss.Err())
+			e := fail(s.exprPos, "%v", iss.Err()).(*InvariantError)
+			if errs := iss.Errors(); len(errs) > 0 {
+				e.Line, e.Column = s.exprPos.at(errs[0].Location.Line(), errs[0].Location.Column())
+			}
+			return nil, e
 		}
 		if t := ast.OutputType(); !t.IsExactType(cel.BoolType) && !t.IsExactType(cel.DynType) {
-			return nil, fmt.Errorf("invariant %s of %s: gives %s, want bool", s.Name, derivation, t)
+			return nil, fail(s.exprPos, "gives %s, want bool", t)
 		}
 		prg, err := env.Program(ast, cel.CostLimit(1_000_000))
 		if err != nil {
-			return nil, fmt.Errorf("invariant %s of %s: %w", s.Name, derivation, err)
+			return nil, fail(s.exprPos, "%v", err)
 		}
 		*dst = append(*dst, compiledInvariant{name: s.Name, expr: expr, prg: prg})
 	}
@@ -112,7 +124,7 @@ func CompileInvariants(derivation string, specs []InvariantSpec) (*Invariants, e
 // each all-keys invariant that fails. An expression that cannot be
 // evaluated on a state (a missing field, a type it does not take) fails
 // it: the invariant claims to hold for every state. The finding's Log is
-// the derivation's name.
+// the derivation's name; a per-key finding's Key is the key.
 func (iv *Invariants) Check(states iter.Seq2[string, any]) []Finding {
 	var out []Finding
 	failed := make([]int, len(iv.perKey))
@@ -121,8 +133,8 @@ func (iv *Invariants) Check(states iter.Seq2[string, any]) []Finding {
 	if len(iv.all) > 0 {
 		all = map[string]any{}
 	}
-	found := func(inv compiledInvariant, detail string) {
-		out = append(out, Finding{Log: iv.derivation, Kind: ledger.IntegrityInvariant,
+	found := func(inv compiledInvariant, key, detail string) {
+		out = append(out, Finding{Log: iv.derivation, Kind: ledger.IntegrityInvariant, Key: key,
 			Detail: fmt.Sprintf("invariant %s (%s): %s", inv.name, inv.expr, detail)})
 	}
 	for key, state := range states {
@@ -140,15 +152,15 @@ func (iv *Invariants) Check(states iter.Seq2[string, any]) []Finding {
 				continue
 			}
 			if err != nil {
-				found(inv, fmt.Sprintf("key %q: cannot be evaluated on its state %v: %v", key, state, err))
+				found(inv, key, fmt.Sprintf("key %q: cannot be evaluated on its state %v: %v", key, state, err))
 			} else {
-				found(inv, fmt.Sprintf("key %q: false for state %v", key, state))
+				found(inv, key, fmt.Sprintf("key %q: false for state %v", key, state))
 			}
 		}
 	}
 	for i, inv := range iv.perKey {
 		if n := failed[i] - MaxInvariantFindings; n > 0 {
-			found(inv, fmt.Sprintf("and %d more keys", n))
+			found(inv, "", fmt.Sprintf("and %d more keys", n))
 		}
 	}
 	for _, inv := range iv.all {
@@ -158,9 +170,9 @@ func (iv *Invariants) Check(states iter.Seq2[string, any]) []Finding {
 		ok, err := evalBool(inv.prg, map[string]any{"states": all, "values": values, "count": int64(len(values))})
 		switch {
 		case err != nil:
-			found(inv, fmt.Sprintf("over %d keys: cannot be evaluated: %v", len(values), err))
+			found(inv, "", fmt.Sprintf("over %d keys: cannot be evaluated: %v", len(values), err))
 		case !ok:
-			found(inv, fmt.Sprintf("false over %d keys", len(values)))
+			found(inv, "", fmt.Sprintf("false over %d keys", len(values)))
 		}
 	}
 	return out
@@ -220,6 +232,10 @@ func celSum(v ref.Val) ref.Val {
 type InvariantTarget struct {
 	Derivation rederive.Derivation
 	Invariants *Invariants
+	// Lineage is how many of the last entries applied to a key a per-key
+	// finding carries, with their inclusion proofs (the derivation spec's
+	// lineage); 0: none.
+	Lineage int
 }
 
 // InvariantCheck checks derivations' invariants over their latest saved
@@ -228,17 +244,24 @@ type InvariantTarget struct {
 // derived store is compared with. A derivation that has not saved a result
 // yet is skipped; a result that cannot be read or exported is an error of
 // the pass.
+//
+// A per-key finding names its key and, with a ledger to read, carries the
+// key's lineage: the last entries applied to it up to the result's pins,
+// each with its inclusion proof in the signed checkpoint the result was
+// pinned at (see attachLineage).
 type InvariantCheck struct {
 	bucket  *ledger.Bucket
+	ledger  rederive.Ledger
 	targets []InvariantTarget
 }
 
 var _ Checker = (*InvariantCheck)(nil)
 
 // NewInvariantCheck returns the invariant check of targets, whose results
-// the derivation runner saves in bucket.
-func NewInvariantCheck(bucket *ledger.Bucket, targets []InvariantTarget) *InvariantCheck {
-	return &InvariantCheck{bucket: bucket, targets: targets}
+// the derivation runner saves in bucket, read from lg (the lineage of
+// failing keys; nil: findings without lineage).
+func NewInvariantCheck(bucket *ledger.Bucket, lg rederive.Ledger, targets []InvariantTarget) *InvariantCheck {
+	return &InvariantCheck{bucket: bucket, ledger: lg, targets: targets}
 }
 
 // Name implements Checker.
@@ -246,6 +269,7 @@ func (c *InvariantCheck) Name() string { return "invariants" }
 
 // Run implements Checker.
 func (c *InvariantCheck) Run(ctx context.Context, p Progress) error {
+	var errs []error
 	for _, t := range c.targets {
 		name := t.Derivation.Name()
 		res, err := rederive.LoadResult(c.bucket, t.Derivation)
@@ -273,6 +297,15 @@ func (c *InvariantCheck) Run(ctx context.Context, p Progress) error {
 		if exportErr != nil {
 			return exportErr
 		}
+		if c.ledger != nil && t.Lineage > 0 {
+			// Without its lineage a finding still stands; the pass fails.
+			if err := attachLineage(ctx, c.ledger, t, res, fs); err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				errs = append(errs, fmt.Errorf("invariants: %s: lineage: %w", name, err))
+			}
+		}
 		for _, f := range fs {
 			p.Found(f)
 		}
@@ -280,5 +313,5 @@ func (c *InvariantCheck) Run(ctx context.Context, p Progress) error {
 			return err
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }

@@ -223,6 +223,7 @@ func loadConfig(path string) (Config, error) {
 		if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
 			return c, fmt.Errorf("config %s: %w", path, err)
 		}
+		c.Checks.Invariants.file = path
 		// An explicit instance_id: "" (dynamic membership) differs from
 		// none given (the derived default); the struct cannot tell them apart.
 		var given struct {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -22,11 +23,16 @@ type InvariantsConfig struct {
 	// Derivations maps a derivation's name (one of the derivations files)
 	// to its invariants.
 	Derivations map[string][]checkers.InvariantSpec `yaml:"derivations"`
+	// file is the configuration file they were read from (loadConfig),
+	// to place an invariant that does not compile.
+	file string
 }
 
 // invariantCheckers is the invariant check as the daemon schedules it,
 // none without invariants. An invariant of a derivation not declared in
-// files, or one that does not compile, is refused.
+// files, or one that does not compile, is refused; one read from the
+// configuration file is placed at its file:line:col. A failing key's
+// finding carries the derivation spec's lineage (default 5 entries).
 func invariantCheckers(store *ledger.Store, files []string, cfg InvariantsConfig) ([]scheduledChecker, error) {
 	if len(cfg.Derivations) == 0 {
 		return nil, nil
@@ -56,16 +62,21 @@ func invariantCheckers(store *ledger.Store, files []string, cfg InvariantsConfig
 			return nil, err
 		}
 		iv, err := checkers.CompileInvariants(name, cfg.Derivations[name])
+		var ie *checkers.InvariantError
+		if errors.As(err, &ie) && cfg.file != "" && ie.Line > 0 {
+			ie.File = cfg.file
+			return nil, ie // file:line:col: ..., as derivation spec errors
+		}
 		if err != nil {
 			return nil, fmt.Errorf("config: checks.invariants: %w", err)
 		}
-		targets = append(targets, checkers.InvariantTarget{Derivation: d, Invariants: iv})
+		targets = append(targets, checkers.InvariantTarget{Derivation: d, Invariants: iv, Lineage: s.Lineage})
 	}
 	b, err := store.Bucket("derive")
 	if err != nil {
 		return nil, err
 	}
-	return []scheduledChecker{{checkers.NewInvariantCheck(b, targets),
+	return []scheduledChecker{{checkers.NewInvariantCheck(b, rederive.LocalLedger{Store: store}, targets),
 		checkers.Schedule{Interval: cfg.Interval, Jitter: cfg.Interval / 10}}}, nil
 }
 

@@ -112,3 +112,43 @@ func newTestStore(t *testing.T) *ledger.Store {
 	t.Cleanup(func() { st.Close() })
 	return st
 }
+
+// TestInvariantsConfigPosition: an invariant of the configuration file
+// that does not compile keeps the daemon from starting with an error that
+// names the file, line and column of the offending token, as derivation
+// spec errors do.
+func TestInvariantsConfigPosition(t *testing.T) {
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "bal.yaml")
+	if err := os.WriteFile(spec, []byte("derivations:\n  - name: bal\n    sources: [pay]\n    store: {file: {path: x.jsonl}}\n    key: event.acct\n    initial: \"0\"\n    step: state + 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "auditd.yaml")
+	if err := os.WriteFile(path, []byte(`derivations: [`+spec+`]
+checks:
+  invariants:
+    derivations:
+      bal:
+        - name: non_negative
+          per_key: state >= 0
+        - name: total
+          all: sum(value) == 0
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = invariantCheckers(newTestStore(t), cfg.Derivations, cfg.Checks.Invariants)
+	// "value" is line 9, column 20.
+	if want := path + ":9:20: invariant total of bal: "; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("error %v, want it to start with %q", err, want)
+	}
+	if !strings.Contains(err.Error(), "undeclared reference to 'value'") {
+		t.Fatalf("error %v does not say what is wrong", err)
+	}
+}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
 	"io"
 	"log/slog"
 	"os"
@@ -69,6 +71,43 @@ func TestDaemonInvariants(t *testing.T) {
 	a := getAlertHTTP(t, url+"/v1/alerts/integrity/checks/invariants/bal/invariant")
 	if a.State != "firing" || a.Labels["severity"] != "critical" || !strings.Contains(string(a.Details), `key \"b\"`) || strings.Contains(string(a.Details), `key \"a\"`) {
 		t.Fatalf("alert %+v %s", a, a.Details)
+	}
+	// The finding, in the alert and in GET /v1/checks/invariants, names
+	// the key and carries its events with their proofs in the signed
+	// checkpoint the run was pinned at.
+	var d struct {
+		Findings []checkers.Finding `json:"findings"`
+	}
+	if err := json.Unmarshal(a.Details, &d); err != nil || len(d.Findings) != 1 {
+		t.Fatalf("details %s (%v)", a.Details, err)
+	}
+	var st struct {
+		Findings []checkers.Finding `json:"findings"`
+	}
+	getJSONHTTP(t, url+"/v1/checks/invariants", &st)
+	for _, f := range [][]checkers.Finding{d.Findings, st.Findings} {
+		if len(f) != 1 || f[0].Key != "b" || len(f[0].Lineage) != 2 || len(f[0].Evidence) != 1 ||
+			f[0].Lineage[0].ID != "2" || f[0].Lineage[1].ID != "3" || f[0].Lineage[1].TreeSize != 3 ||
+			!strings.Contains(f[0].Evidence[0], "/pay\n3\n") {
+			t.Fatalf("finding %+v", f)
+		}
+		for _, e := range f[0].Lineage {
+			if len(e.Proof) == 0 {
+				t.Fatalf("entry %d without its inclusion proof", e.Index)
+			}
+		}
+	}
+}
+
+func getJSONHTTP(t *testing.T, url string, v any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s %v", url, resp.Status, err)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/auditd/auditd/client"
@@ -109,6 +110,7 @@ type PeerCheck struct {
 	store *ledger.Store
 	peers []Peer
 	http  *http.Client
+	m     *peerMetrics
 }
 
 var _ Checker = (*PeerCheck)(nil)
@@ -120,7 +122,48 @@ func NewPeerCheck(store *ledger.Store, peers []Peer) (*PeerCheck, error) {
 	if err := ValidatePeers(nil, peers); err != nil {
 		return nil, err
 	}
-	return &PeerCheck{store: store, peers: peers, http: &http.Client{Timeout: 30 * time.Second}}, nil
+	return &PeerCheck{store: store, peers: peers, http: &http.Client{Timeout: 30 * time.Second}, m: newPeerMetrics(peers)}, nil
+}
+
+// Comparison results, the result label of peer_comparisons_total.
+const (
+	peerAgree    = "agree"    // one history: equal roots, or a verified consistency proof
+	peerFork     = "fork"     // a finding of kind fork
+	peerBad      = "bad"      // a finding of kind peer_checkpoint_bad
+	peerUnsigned = "unsigned" // one side has signed nothing yet
+	peerError    = "error"    // the peer could not be reached or answered garbage
+)
+
+// peerMetrics say what the cross-check compared, by peer (the configured
+// URL: a bounded label).
+type peerMetrics struct {
+	comparisons *prometheus.CounterVec
+	agreed      *prometheus.GaugeVec
+}
+
+func newPeerMetrics(peers []Peer) *peerMetrics {
+	m := &peerMetrics{
+		comparisons: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "peer_comparisons_total",
+			Help: "Logs compared with a peer's signed checkpoint, by peer and result: agree, fork, bad (checkpoint does not verify), unsigned (nothing to compare yet), error.",
+		}, []string{"peer", "result"}),
+		agreed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "peer_agreed_size",
+			Help: "Size of the common prefix (the smaller checkpoint) of the last comparison with the peer that agreed.",
+		}, []string{"peer"}),
+	}
+	for _, p := range peers {
+		for _, r := range []string{peerAgree, peerFork, peerBad, peerUnsigned, peerError} {
+			m.comparisons.WithLabelValues(p.URL, r)
+		}
+	}
+	return m
+}
+
+// Collectors returns the cross-check's metrics, for registration (with
+// the auditd_ prefix).
+func (c *PeerCheck) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{c.m.comparisons, c.m.agreed}
 }
 
 // Name implements Checker.
@@ -176,13 +219,26 @@ func (c *PeerCheck) runPeer(ctx context.Context, peer Peer, p Progress) error {
 }
 
 // checkLog compares one log's latest checkpoints, ours and the peer's.
-func (c *PeerCheck) checkLog(ctx context.Context, cl *client.Client, peer Peer, name string, p Progress) error {
+// Each comparison is counted by result; one that agrees sets the peer's
+// agreed size.
+func (c *PeerCheck) checkLog(ctx context.Context, cl *client.Client, peer Peer, name string, p Progress) (err error) {
+	result, agreed := peerError, uint64(0)
+	defer func() {
+		if ctx.Err() != nil && err != nil {
+			return // stopped, not compared
+		}
+		c.m.comparisons.WithLabelValues(peer.URL, result).Inc()
+		if result == peerAgree {
+			c.m.agreed.WithLabelValues(peer.URL).Set(float64(agreed))
+		}
+	}()
 	l, err := c.store.Log(name)
 	if err != nil {
 		return err
 	}
 	mine := l.Checkpoint()
 	if mine == nil {
+		result = peerUnsigned
 		return nil // nothing signed yet: nothing to compare
 	}
 	raw, err := c.fetchCheckpoint(ctx, peer, name)
@@ -190,6 +246,7 @@ func (c *PeerCheck) checkLog(ctx context.Context, cl *client.Client, peer Peer, 
 		return err
 	}
 	if raw == nil {
+		result = peerUnsigned
 		return nil // the peer has signed nothing yet: nothing to compare
 	}
 	theirs, bad, err := openPeerCheckpoint(raw, peer.Verifier, peer.Origin(name))
@@ -197,12 +254,15 @@ func (c *PeerCheck) checkLog(ctx context.Context, cl *client.Client, peer Peer, 
 		return err
 	}
 	if bad != "" {
+		result = peerBad
 		p.Found(Finding{Log: name, Kind: ledger.IntegrityPeerCheckpointBad,
 			Detail:   fmt.Sprintf("peer %s: %s", peer.URL, bad),
 			Evidence: []string{string(raw)}})
 		return nil
 	}
+	result, agreed = peerAgree, min(mine.Size, theirs.Size)
 	fork := func(detail string) {
+		result = peerFork
 		p.Found(Finding{Log: name, Checkpoint: At(theirs.Size), Kind: ledger.IntegrityFork,
 			Detail: fmt.Sprintf("peer %s: our checkpoint of size %d (root %s) and the peer's of size %d (root %s) cannot both be true: %s",
 				peer.URL, mine.Size, mine.Root, theirs.Size, theirs.Root, detail),
@@ -227,6 +287,7 @@ func (c *PeerCheck) checkLog(ctx context.Context, cl *client.Client, peer Peer, 
 		// Ours is larger: prove from our own tree.
 		proof, err := l.ConsistencyProof(theirs.Size, mine.Size)
 		if err != nil {
+			result = peerError
 			return fmt.Errorf("our consistency proof from %d to %d: %w", theirs.Size, mine.Size, err)
 		}
 		if err := merkle.VerifyConsistency(theirs.Size, mine.Size, proof, theirs.Root, mine.Root); err != nil {
@@ -238,6 +299,7 @@ func (c *PeerCheck) checkLog(ctx context.Context, cl *client.Client, peer Peer, 
 		// signed tree failing to extend ours.
 		proof, err := cl.ConsistencyProof(ctx, name, mine.Size, theirs.Size)
 		if err != nil {
+			result = peerError
 			return fmt.Errorf("peer's consistency proof from %d to %d: %w", mine.Size, theirs.Size, err)
 		}
 		if err := merkle.VerifyConsistency(mine.Size, theirs.Size, proof, mine.Root, theirs.Root); err != nil {

@@ -71,7 +71,7 @@ func startChecks(store *ledger.Store, v note.Verifier, cfg ChecksConfig, alerts 
 		logger.Info("self-audit scheduled", "checker", c.checker.Name(), "interval", c.schedule.Interval,
 			"jitter", c.schedule.Jitter, "rate", c.schedule.Rate)
 	}
-	for _, c := range r.Collectors() {
+	for _, c := range slices.Concat(r.Collectors(), checkerCollectors(peers)) {
 		reg.MustRegister(c)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/auditd/auditd/checkers"
@@ -103,6 +104,19 @@ func peerCheckers(store *ledger.Store, v note.Verifier, cfg PeersConfig) ([]sche
 		return nil, err
 	}
 	return []scheduledChecker{{pc, checkers.Schedule{Interval: cfg.Interval, Jitter: cfg.Interval / 10, Rate: peerRate}}}, nil
+}
+
+// checkerCollectors returns the metrics of those of scs that export their
+// own (the peer cross-check's comparisons), for registration beside the
+// Runner's.
+func checkerCollectors(scs []scheduledChecker) []prometheus.Collector {
+	var out []prometheus.Collector
+	for _, sc := range scs {
+		if c, ok := sc.checker.(interface{ Collectors() []prometheus.Collector }); ok {
+			out = append(out, c.Collectors()...)
+		}
+	}
+	return out
 }
 
 // findingSeverity is the severity label of a check finding's alert: a

@@ -29,7 +29,7 @@ type peerNode struct {
 }
 
 // newPeerNode opens a ledger signing with key and serves it.
-func newPeerNode(t *testing.T, key testKey) *peerNode {
+func newPeerNode(t testing.TB, key testKey) *peerNode {
 	t.Helper()
 	st, err := ledger.Open(t.TempDir(), key.signer, key.verifier, quiet())
 	if err != nil {
@@ -42,7 +42,7 @@ func newPeerNode(t *testing.T, key testKey) *peerNode {
 
 // fill appends the entries [from, to) of log made by mk, in batches of
 // 300, each followed by a checkpoint.
-func (n *peerNode) fill(t *testing.T, log string, from, to int, mk func(int) ledger.Entry) {
+func (n *peerNode) fill(t testing.TB, log string, from, to int, mk func(int) ledger.Entry) {
 	t.Helper()
 	l, err := n.store.LogForAppend(log)
 	if err != nil {

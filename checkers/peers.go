@@ -106,11 +106,19 @@ func verifierID(v note.Verifier) string { return fmt.Sprintf("%s+%08x", v.Name()
 // both signed notes as its evidence. A peer that cannot be reached or
 // answers something that is not a checkpoint or a proof is an error of the
 // pass, never a finding; the other peers are checked all the same.
+//
+// It remembers, in the store's "peers" bucket, the largest checkpoint each
+// peer served for each log, and reports a peer whose checkpoint is smaller
+// than that, or that the remembered one is not a prefix of, as a finding
+// of kind peer_rollback (see checkHistory).
 type PeerCheck struct {
 	store *ledger.Store
 	peers []Peer
 	http  *http.Client
 	m     *peerMetrics
+	// history remembers the largest checkpoint each peer served, by
+	// peer and log (see checkHistory).
+	history *ledger.Bucket
 }
 
 var _ Checker = (*PeerCheck)(nil)
@@ -122,7 +130,12 @@ func NewPeerCheck(store *ledger.Store, peers []Peer) (*PeerCheck, error) {
 	if err := ValidatePeers(nil, peers); err != nil {
 		return nil, err
 	}
-	return &PeerCheck{store: store, peers: peers, http: &http.Client{Timeout: 30 * time.Second}, m: newPeerMetrics(peers)}, nil
+	history, err := store.Bucket(peerHistoryBucket)
+	if err != nil {
+		return nil, err
+	}
+	return &PeerCheck{store: store, peers: peers, http: &http.Client{Timeout: 30 * time.Second}, m: newPeerMetrics(peers),
+		history: history}, nil
 }
 
 // Comparison results, the result label of peer_comparisons_total.
@@ -130,6 +143,7 @@ const (
 	peerAgree    = "agree"    // one history: equal roots, or a verified consistency proof
 	peerFork     = "fork"     // a finding of kind fork
 	peerBad      = "bad"      // a finding of kind peer_checkpoint_bad
+	peerRollback = "rollback" // a finding of kind peer_rollback (and no fork)
 	peerUnsigned = "unsigned" // one side has signed nothing yet
 	peerError    = "error"    // the peer could not be reached or answered garbage
 )
@@ -145,7 +159,7 @@ func newPeerMetrics(peers []Peer) *peerMetrics {
 	m := &peerMetrics{
 		comparisons: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "peer_comparisons_total",
-			Help: "Logs compared with a peer's signed checkpoint, by peer and result: agree, fork, bad (checkpoint does not verify), unsigned (nothing to compare yet), error.",
+			Help: "Logs compared with a peer's signed checkpoint, by peer and result: agree, fork, bad (checkpoint does not verify), rollback (behind or off what the peer signed before), unsigned (nothing to compare yet), error.",
 		}, []string{"peer", "result"}),
 		agreed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "peer_agreed_size",
@@ -153,7 +167,7 @@ func newPeerMetrics(peers []Peer) *peerMetrics {
 		}, []string{"peer"}),
 	}
 	for _, p := range peers {
-		for _, r := range []string{peerAgree, peerFork, peerBad, peerUnsigned, peerError} {
+		for _, r := range []string{peerAgree, peerFork, peerBad, peerRollback, peerUnsigned, peerError} {
 			m.comparisons.WithLabelValues(p.URL, r)
 		}
 	}
@@ -260,7 +274,14 @@ func (c *PeerCheck) checkLog(ctx context.Context, cl *client.Client, peer Peer, 
 			Evidence: []string{string(raw)}})
 		return nil
 	}
+	grew, rolledBack, err := c.checkHistory(ctx, cl, peer, name, theirs, raw, p)
+	if err != nil {
+		return err
+	}
 	result, agreed = peerAgree, min(mine.Size, theirs.Size)
+	if rolledBack {
+		result = peerRollback
+	}
 	fork := func(detail string) {
 		result = peerFork
 		p.Found(Finding{Log: name, Checkpoint: At(theirs.Size), Kind: ledger.IntegrityFork,
@@ -305,6 +326,9 @@ func (c *PeerCheck) checkLog(ctx context.Context, cl *client.Client, peer Peer, 
 		if err := merkle.VerifyConsistency(mine.Size, theirs.Size, proof, mine.Root, theirs.Root); err != nil {
 			fork(fmt.Sprintf("the peer's consistency proof from size %d does not verify: %v", mine.Size, err))
 		}
+	}
+	if grew && result == peerAgree {
+		return c.remember(peer, name, raw)
 	}
 	return nil
 }

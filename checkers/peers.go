@@ -282,17 +282,35 @@ func (c *PeerCheck) checkLog(ctx context.Context, cl *client.Client, peer Peer, 
 	if rolledBack {
 		result = peerRollback
 	}
-	fork := func(detail string) {
+	detail, err := forkBetween(ctx, cl, l, name, mine, theirs)
+	if err != nil {
+		result = peerError
+		return err
+	}
+	if detail != "" {
 		result = peerFork
 		p.Found(Finding{Log: name, Checkpoint: At(theirs.Size), Kind: ledger.IntegrityFork,
 			Detail: fmt.Sprintf("peer %s: our checkpoint of size %d (root %s) and the peer's of size %d (root %s) cannot both be true: %s",
 				peer.URL, mine.Size, mine.Root, theirs.Size, theirs.Root, detail),
 			Evidence: []string{string(mine.Note), string(raw)}})
 	}
+	if grew && result == peerAgree {
+		return c.remember(peer, name, raw)
+	}
+	return nil
+}
+
+// forkBetween says why our checkpoint mine of log l and the peer's theirs
+// cannot both be true, or "" when they are one history: equal roots at
+// equal sizes, or a consistency proof from the smaller to the larger, ours
+// when ours is larger, the peer's (fetched with cl) when its is. A proof
+// that cannot be built, fetched or decoded is an error; one that decodes
+// and does not verify is a fork.
+func forkBetween(ctx context.Context, cl *client.Client, l *ledger.Log, name string, mine, theirs *ledger.SignedCheckpoint) (string, error) {
 	switch {
 	case mine.Size == theirs.Size:
 		if mine.Root != theirs.Root {
-			fork("equal sizes, different roots")
+			return "equal sizes, different roots", nil
 		}
 	case theirs.Size == 0 || mine.Size == 0:
 		// The empty tree is a prefix of every tree, if its root is the
@@ -302,17 +320,16 @@ func (c *PeerCheck) checkLog(ctx context.Context, cl *client.Client, peer Peer, 
 			small = mine.Checkpoint
 		}
 		if small.Root != merkle.EmptyRoot() {
-			fork("a checkpoint of the empty tree with a non-empty root")
+			return "a checkpoint of the empty tree with a non-empty root", nil
 		}
 	case theirs.Size < mine.Size:
 		// Ours is larger: prove from our own tree.
 		proof, err := l.ConsistencyProof(theirs.Size, mine.Size)
 		if err != nil {
-			result = peerError
-			return fmt.Errorf("our consistency proof from %d to %d: %w", theirs.Size, mine.Size, err)
+			return "", fmt.Errorf("our consistency proof from %d to %d: %w", theirs.Size, mine.Size, err)
 		}
 		if err := merkle.VerifyConsistency(theirs.Size, mine.Size, proof, theirs.Root, mine.Root); err != nil {
-			fork(fmt.Sprintf("our tree's consistency proof from size %d does not verify: %v", theirs.Size, err))
+			return fmt.Sprintf("our tree's consistency proof from size %d does not verify: %v", theirs.Size, err), nil
 		}
 	default:
 		// The peer's is larger: its proof. One that does not decode is an
@@ -320,17 +337,13 @@ func (c *PeerCheck) checkLog(ctx context.Context, cl *client.Client, peer Peer, 
 		// signed tree failing to extend ours.
 		proof, err := cl.ConsistencyProof(ctx, name, mine.Size, theirs.Size)
 		if err != nil {
-			result = peerError
-			return fmt.Errorf("peer's consistency proof from %d to %d: %w", mine.Size, theirs.Size, err)
+			return "", fmt.Errorf("peer's consistency proof from %d to %d: %w", mine.Size, theirs.Size, err)
 		}
 		if err := merkle.VerifyConsistency(mine.Size, theirs.Size, proof, mine.Root, theirs.Root); err != nil {
-			fork(fmt.Sprintf("the peer's consistency proof from size %d does not verify: %v", mine.Size, err))
+			return fmt.Sprintf("the peer's consistency proof from size %d does not verify: %v", mine.Size, err), nil
 		}
 	}
-	if grew && result == peerAgree {
-		return c.remember(peer, name, raw)
-	}
-	return nil
+	return "", nil
 }
 
 // maxCheckpointBytes bounds a peer's checkpoint note.

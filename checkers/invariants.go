@@ -56,7 +56,8 @@ type compiledInvariant struct {
 const MaxInvariantFindings = 100
 
 // CompileInvariants compiles the invariants of the named derivation. Each
-// must have a name, exactly one expression, and give a bool.
+// must have a name, exactly one expression, and give a bool; an error is
+// an *InvariantError, placed in the YAML the specs were read from.
 func CompileInvariants(derivation string, specs []InvariantSpec) (*Invariants, error) {
 	base, err := cel.NewEnv(
 		cel.CrossTypeNumericComparisons(true), cel.OptionalTypes(),

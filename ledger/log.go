@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/transparency-dev/merkle/compact"
 
 	"github.com/auditd/auditd/merkle"
 )
@@ -282,7 +281,7 @@ func (l *Log) WaitCheckpoint(ctx context.Context, size uint64) (*SignedCheckpoin
 type writer struct {
 	size     uint64
 	root     merkle.Hash
-	rng      *compact.Range
+	rng      *merkle.Range
 	tiles    []*tileBuf
 	batch    *pebble.Batch
 	visitErr error
@@ -560,7 +559,7 @@ func (l *Log) commit(fresh []*item, source []byte) error {
 	}
 	w.batch, w.visitErr = b, nil
 	for _, it := range fresh {
-		if err := w.rng.Append(it.hash[:], l.visit); err != nil {
+		if err := w.rng.Append(it.hash, l.visit); err != nil {
 			return err
 		}
 		_ = b.Set(entryKey(l.id, it.index), it.stored, nil)
@@ -576,13 +575,9 @@ func (l *Log) commit(fresh []*item, source []byte) error {
 		}
 	}
 	size := w.rng.End()
-	r := merkle.EmptyRoot()
-	if size > 0 {
-		root, err := w.rng.GetRootHash(nil)
-		if err != nil {
-			return err
-		}
-		copy(r[:], root)
+	r, err := w.rng.Root()
+	if err != nil {
+		return err
 	}
 	_ = b.Set(metaKey(l.id), encodeMeta(logMeta{name: l.name, size: size, root: r}), nil)
 	first := !l.persisted.Load()
@@ -619,7 +614,7 @@ func (l *Log) markPersisted() {
 }
 
 // visit records the new tree nodes that tiles store.
-func (l *Log) visit(id compact.NodeID, h []byte) {
+func (l *Log) visit(id merkle.NodeID, hash merkle.Hash) {
 	w := &l.w
 	sub := id.Level % tileHeight
 	if sub != 0 && sub != midLevel {
@@ -630,8 +625,6 @@ func (l *Log) visit(id compact.NodeID, h []byte) {
 		w.tiles = append(w.tiles, &tileBuf{level: uint8(len(w.tiles))})
 	}
 	t := w.tiles[lvl]
-	var hash merkle.Hash
-	copy(hash[:], h)
 	if sub == midLevel {
 		if id.Index/midStride != t.n || uint64(len(t.mid)) != id.Index%midStride {
 			w.visitErr = fmt.Errorf("ledger: node %d/%d out of order in tile %d/%d", id.Level, id.Index, lvl, t.n)
@@ -671,13 +664,9 @@ func (l *Log) load() error {
 	if err != nil {
 		return fmt.Errorf("rebuild tree of size %d: %w", m.size, err)
 	}
-	root := merkle.EmptyRoot()
-	if m.size > 0 {
-		rb, err := rng.GetRootHash(nil)
-		if err != nil {
-			return err
-		}
-		copy(root[:], rb)
+	root, err := rng.Root()
+	if err != nil {
+		return err
 	}
 	if root != m.root {
 		return fmt.Errorf("root of the stored tiles %s does not match the recorded root %s at size %d", root, m.root, m.size)

@@ -154,16 +154,14 @@ func rootOf(t testing.TB, leaves []merkle.Hash) merkle.Hash {
 	}
 	rng := merkle.NewRange()
 	for _, h := range leaves {
-		if err := rng.Append(h[:], nil); err != nil {
+		if err := rng.Append(h, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	b, err := rng.GetRootHash(nil)
+	r, err := rng.Root()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var r merkle.Hash
-	copy(r[:], b)
 	return r
 }
 

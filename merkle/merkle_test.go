@@ -640,12 +640,12 @@ func TestRootHashAgainstTlog(t *testing.T) {
 			t.Errorf("RootHash(%d) = %s, tlog %s", size, got, want)
 		}
 		if size > 0 {
-			rb, err := rng.GetRootHash(nil)
+			rb, err := rng.Root()
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !bytes.Equal(rb, got[:]) {
-				t.Errorf("NewRange root at %d = %x, want %s", size, rb, got)
+			if rb != got {
+				t.Errorf("NewRange root at %d = %s, want %s", size, rb, got)
 			}
 			ra, err := merkle.RangeAt(size, tr.reader(t, size))
 			if err != nil {
@@ -657,7 +657,7 @@ func TestRootHashAgainstTlog(t *testing.T) {
 		}
 		if size < maxProofLeaves {
 			h := merkle.LeafHash(tr.leaves[size])
-			if err := rng.Append(h[:], nil); err != nil {
+			if err := rng.Append(h, nil); err != nil {
 				t.Fatal(err)
 			}
 		}

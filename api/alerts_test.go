@@ -3,7 +3,6 @@ package api_test
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"io"
@@ -15,11 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/mod/sumdb/note"
-
 	"github.com/auditd/auditd/alert"
 	"github.com/auditd/auditd/api"
-	"github.com/auditd/auditd/ledger"
+	"github.com/auditd/auditd/internal/ledgertest"
 )
 
 // newAlertEnv is a testEnv whose server has an alert manager over a bucket
@@ -27,28 +24,9 @@ import (
 // store.
 func newAlertEnv(t testing.TB, opts api.Options) (*testEnv, *alert.Manager) {
 	t.Helper()
-	skey, vkey, err := note.GenerateKey(rand.Reader, testKeyName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	signer, err := note.NewSigner(skey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	verifier, err := note.NewVerifier(vkey)
-	if err != nil {
-		t.Fatal(err)
-	}
 	quiet := slog.New(slog.DiscardHandler)
-	store, err := ledger.Open(t.TempDir(), signer, verifier, ledger.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := store.Close(); err != nil {
-			t.Errorf("close store: %v", err)
-		}
-	})
+	store, key := ledgertest.OpenKey(t, ledgertest.WithKeyName(testKeyName))
+	verifier, vkey := key.Verifier, key.VKey
 	b, err := store.Bucket("alerts")
 	if err != nil {
 		t.Fatal(err)

@@ -1,8 +1,6 @@
 package api
 
 import (
-	"crypto/rand"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -10,23 +8,15 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/mod/sumdb/note"
-
-	"github.com/auditd/auditd/ledger"
+	"github.com/auditd/auditd/internal/ledgertest"
 )
 
 // A POST waits while every write slot is taken, and goes through once one
 // is free.
 func TestWriteSlotsBoundPOSTs(t *testing.T) {
-	skey, vkey, _ := note.GenerateKey(rand.Reader, "limits.test")
-	signer, _ := note.NewSigner(skey)
-	verifier, _ := note.NewVerifier(vkey)
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := ledger.Open(t.TempDir(), signer, verifier, ledger.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	quiet := slog.New(slog.DiscardHandler)
+	st, key := ledgertest.OpenKey(t, ledgertest.WithKeyName("limits.test"))
+	vkey := key.VKey
 	srv := New(st, vkey, Options{CreateLogs: true, MaxConcurrentWrites: 1, Logger: quiet})
 	hs := httptest.NewServer(srv)
 	defer hs.Close()

@@ -2,7 +2,6 @@ package checkers
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"log/slog"
 	"strings"
@@ -12,8 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"golang.org/x/mod/sumdb/note"
 
+	"github.com/auditd/auditd/internal/ledgertest"
 	"github.com/auditd/auditd/ledger"
 )
 
@@ -65,27 +64,17 @@ var quiet = slog.New(slog.DiscardHandler)
 // testStore opens a ledger in dir (a fresh one if dir is "") with a fixed key
 // per test.
 type testStore struct {
-	t        *testing.T
-	dir      string
-	signer   note.Signer
-	verifier note.Verifier
+	t   *testing.T
+	dir string
+	key ledgertest.Key
 }
 
 func newTestStore(t *testing.T) *testStore {
-	skey, vkey, err := note.GenerateKey(rand.Reader, "checkers-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, _ := note.NewSigner(skey)
-	v, _ := note.NewVerifier(vkey)
-	return &testStore{t: t, dir: t.TempDir(), signer: s, verifier: v}
+	return &testStore{t: t, dir: t.TempDir(), key: ledgertest.NewKey(t, "checkers-test")}
 }
 
 func (ts *testStore) open() (*ledger.Store, *ledger.Bucket) {
-	st, err := ledger.Open(ts.dir, ts.signer, ts.verifier, ledger.WithLogger(quiet))
-	if err != nil {
-		ts.t.Fatal(err)
-	}
+	st := ledgertest.Open(ts.t, ledgertest.WithDir(ts.dir), ledgertest.WithKey(ts.key))
 	b, err := st.Bucket("checks")
 	if err != nil {
 		ts.t.Fatal(err)

@@ -39,10 +39,7 @@ func smallStore(t *testing.T) (string, testKey) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		st, err := ledger.Open(dir, smallKey.signer, smallKey.verifier, quiet(), ledger.WithCheckpointInterval(0))
-		if err != nil {
-			t.Fatal(err)
-		}
+		st := smallKey.open(t, dir, ledger.WithCheckpointInterval(0))
 		fillLog(t, st, "pay", smallTotal, smallBatch, 64)
 		fillLog(t, st, "other", 300, 100, 16)
 		if err := st.Close(); err != nil {
@@ -87,11 +84,7 @@ func TestScrubClean(t *testing.T) {
 		t.Errorf("checked %d entries, want %d", c.entries, smallTotal+300)
 	}
 	// And on the live store, over a snapshot.
-	st, err := ledger.Open(dir, k.signer, k.verifier, quiet())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := k.open(t, dir)
 	if c := checkAll(t, checkers.StoreSource(st), k.verifier); len(c.findings) != 0 {
 		t.Fatalf("live store: findings %v", c.findings)
 	}
@@ -220,11 +213,7 @@ func (c *cancelAfter) Found(checkers.Finding) {}
 // one snapshot, so a growing log is never reported.
 func TestScrubLive(t *testing.T) {
 	k := newKey(t)
-	st, err := ledger.Open(t.TempDir(), k.signer, k.verifier, quiet(), ledger.WithCheckpointInterval(time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := k.open(t, t.TempDir(), ledger.WithCheckpointInterval(time.Millisecond))
 	fillLog(t, st, "pay", 1000, 250, 40)
 	l, _ := st.Log("pay")
 	ctx, cancel := context.WithCancel(context.Background())

@@ -191,12 +191,16 @@ func TestAppendIdempotent(t *testing.T) {
 	})
 
 	t.Run("assigned time", func(t *testing.T) {
-		s, _ := newTestStore(t)
+		clk := &stepClock{now: t0}
+		s, _ := newTestStore(t, WithClock(clk.Now))
 		l := mustCreateLog(t, s, "a")
 		e := Entry{ID: "stamped", HasKey: true, Key: []byte("k"), Payload: []byte("p")}
 		r1 := mustAppend(t, l, e)
 		stamped := mustEntry(t, l, 0).Leaf.Time
-		time.Sleep(2 * time.Millisecond) // a new arrival time would differ
+		if stamped != t0.UnixNano() {
+			t.Fatalf("arrival time %d, want the store clock's %d", stamped, t0.UnixNano())
+		}
+		clk.Add(time.Second) // a new arrival time would differ
 		r2 := mustAppend(t, l, e)
 		if a := r2.Entries[0]; !a.Duplicate || a.Index != 0 || a.LeafHash != r1.Entries[0].LeafHash {
 			t.Errorf("retry of an entry without time = %+v, want duplicate of entry 0", a)
@@ -210,7 +214,8 @@ func TestAppendIdempotent(t *testing.T) {
 	})
 
 	t.Run("derived id", func(t *testing.T) {
-		s, _ := newTestStore(t)
+		clk := &stepClock{now: t0}
+		s, _ := newTestStore(t, WithClock(clk.Now))
 		l := mustCreateLog(t, s, "a")
 		e := Entry{HasKey: true, Key: []byte("k"), Source: &merkle.Source{Topic: "t", Offset: 5}, Payload: []byte("no id")}
 		other := Entry{Payload: []byte("no id either")}
@@ -225,7 +230,7 @@ func TestAppendIdempotent(t *testing.T) {
 		if rec, err := l.EntryByID(want); err != nil || rec.Index != 0 || rec.Leaf.ID != want {
 			t.Errorf("EntryByID(derived) = %v, %v", rec, err)
 		}
-		time.Sleep(2 * time.Millisecond)
+		clk.Add(time.Second) // a new arrival time would differ
 		r2 := mustAppend(t, l, e)
 		if a := r2.Entries[0]; !a.Duplicate || a.Index != 0 || a.ID != want {
 			t.Errorf("retry = %+v, want duplicate of entry 0 with id %q", a, want)

@@ -164,8 +164,8 @@ func (l *Log) append(ctx context.Context, entries []Entry, pos []byte) (*AppendR
 	if err := l.refusal(); err != nil {
 		return nil, err
 	}
-	now := time.Now()
-	req := &appendReq{items: make([]item, len(entries)), source: pos, enq: now, done: make(chan struct{})}
+	now := l.s.opts.now()
+	req := &appendReq{items: make([]item, len(entries)), source: pos, enq: time.Now(), done: make(chan struct{})}
 	for i := range entries {
 		if err := prepare(l.name, &entries[i], now, &req.items[i]); err != nil {
 			return nil, fmt.Errorf("%w: event %d: %v", ErrInvalid, i, err)

@@ -247,3 +247,21 @@ func metricValue(t testing.TB, s *Store, name string, labels ...string) float64 
 	}
 	return sum
 }
+
+// stepClock is a settable clock for WithClock.
+type stepClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *stepClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *stepClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}

@@ -162,13 +162,19 @@ func (s *recordingSink) next(t testing.TB) alert.Alert {
 	}
 }
 
-// none requires that nothing more is delivered for a short while.
-func (s *recordingSink) none(t testing.TB) {
+// none requires that m handed the sink nothing more: everything m queued
+// before the call has been handled once Flush returns.
+func (s *recordingSink) none(t testing.TB, m *alert.Manager) {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := m.Flush(ctx); err != nil {
+		t.Fatalf("flush: %v", err)
+	}
 	select {
 	case a := <-s.ch:
 		t.Fatalf("sink: unexpected notification %s %s %q", a.ID, a.State, a.Summary)
-	case <-time.After(50 * time.Millisecond):
+	default:
 	}
 }
 

@@ -102,8 +102,15 @@ type Manager struct {
 type sinkQueue struct {
 	sink Sink
 	name string
-	q    chan Alert
+	q    chan notice
 	done chan struct{}
+}
+
+// notice is one item of a sink's queue: an alert to deliver, or a Flush
+// marker (flushed set) to close once everything before it is handled.
+type notice struct {
+	a       Alert
+	flushed chan struct{}
 }
 
 type subscriber struct{ ch chan Alert }
@@ -164,7 +171,7 @@ func NewManager(kv KV, opts Options) (*Manager, error) {
 	}
 	for _, s := range opts.Sinks {
 		name := s.Name()
-		sq := &sinkQueue{sink: s, name: name, q: make(chan Alert, opts.QueueSize), done: make(chan struct{})}
+		sq := &sinkQueue{sink: s, name: name, q: make(chan notice, opts.QueueSize), done: make(chan struct{})}
 		for _, r := range []string{"delivered", "failed", "dropped"} {
 			m.notifications.WithLabelValues(name, r)
 		}
@@ -543,7 +550,7 @@ func (m *Manager) publish(a *Alert, toSinks bool) {
 func (m *Manager) toSinks(a Alert) {
 	for _, sq := range m.sinks {
 		select {
-		case sq.q <- a.clone():
+		case sq.q <- notice{a: a.clone()}:
 		default:
 			m.notifications.WithLabelValues(sq.name, "dropped").Inc()
 			m.log.Error("alert sink queue full, notification dropped", "sink", sq.name, "alert", a.ID, "state", a.State)
@@ -554,7 +561,12 @@ func (m *Manager) toSinks(a Alert) {
 // deliver sends sq's queue to its sink until the queue closes.
 func (m *Manager) deliver(sq *sinkQueue) {
 	defer close(sq.done)
-	for a := range sq.q {
+	for n := range sq.q {
+		if n.flushed != nil {
+			close(n.flushed)
+			continue
+		}
+		a := n.a
 		if m.ctx.Err() != nil {
 			m.notifications.WithLabelValues(sq.name, "dropped").Inc()
 			continue
@@ -566,6 +578,36 @@ func (m *Manager) deliver(sq *sinkQueue) {
 		}
 		m.notifications.WithLabelValues(sq.name, "delivered").Inc()
 	}
+}
+
+// Flush waits until every sink has been handed (or has dropped) every
+// notification queued before the call: delivered, failed or dropped, each
+// is counted by then. It returns ErrClosed after Close, or ctx's error.
+func (m *Manager) Flush(ctx context.Context) error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return ErrClosed
+	}
+	marks := make([]chan struct{}, len(m.sinks))
+	for i, sq := range m.sinks {
+		marks[i] = make(chan struct{})
+		select {
+		case sq.q <- notice{flushed: marks[i]}:
+		case <-ctx.Done():
+			m.mu.Unlock()
+			return ctx.Err()
+		}
+	}
+	m.mu.Unlock()
+	for _, mark := range marks {
+		select {
+		case <-mark:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // Close stops the Manager: Fire, Resolve and Sync fail with ErrClosed from

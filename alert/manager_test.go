@@ -136,7 +136,7 @@ func TestFire(t *testing.T) {
 	if again := e.fire(drift("balances", "3 keys differ")); !reflect.DeepEqual(again, a) {
 		t.Errorf("unchanged re-fire returned %+v, want %+v", again, a)
 	}
-	sink.none(t)
+	sink.none(t, e.m)
 	select {
 	case ev := <-events:
 		t.Errorf("subscriber told of an unchanged re-fire: %+v", ev)
@@ -153,7 +153,7 @@ func TestFire(t *testing.T) {
 	if ev := <-events; ev.Seq != 2 {
 		t.Errorf("subscriber got %+v", ev)
 	}
-	sink.none(t)
+	sink.none(t, e.m)
 
 	// A new summary goes to the sinks too.
 	got = e.fire(drift("balances", "4 keys differ"))
@@ -196,7 +196,7 @@ func TestFire(t *testing.T) {
 	if err := e.m.Resolve(a.ID); err != nil {
 		t.Errorf("resolving twice: %v", err)
 	}
-	sink.none(t)
+	sink.none(t, e.m)
 	if err := e.m.Resolve("drift/nothing"); !errors.Is(err, alert.ErrNotFound) {
 		t.Errorf("Resolve(unknown) = %v, want ErrNotFound", err)
 	}
@@ -292,7 +292,7 @@ func TestSync(t *testing.T) {
 	if n := sink.next(t); n.ID != "integrity/payments.0/b" || n.State != alert.StateResolved {
 		t.Errorf("sink got %+v", n)
 	}
-	sink.none(t)
+	sink.none(t, e.m)
 
 	// A mismatched alert refuses the whole Sync.
 	bad := ic("c", "payments.0")
@@ -461,7 +461,7 @@ func TestPersistBeforeNotify(t *testing.T) {
 	if _, ok := m.Get("drift/a"); ok {
 		t.Error("an alert that was not stored is served")
 	}
-	sink.none(t)
+	sink.none(t, m)
 	select {
 	case a := <-events:
 		t.Errorf("subscriber told of an alert that was not stored: %+v", a)

@@ -17,6 +17,7 @@ import (
 )
 
 func TestPersistAcrossReopen(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, alert.Options{})
 	a := drift("balances", "3 keys differ")
 	a.Labels = map[string]string{"severity": "critical"}
@@ -112,6 +113,7 @@ func value(s *dto.Metric) float64 {
 }
 
 func TestFire(t *testing.T) {
+	t.Parallel()
 	sink := newRecordingSink("rec")
 	e := newEnv(t, alert.Options{Sinks: []alert.Sink{sink}})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -226,6 +228,7 @@ func TestFire(t *testing.T) {
 }
 
 func TestFireInvalid(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, alert.Options{})
 	ok := drift("balances", "s")
 	for name, mod := range map[string]func(*alert.Alert){
@@ -259,6 +262,7 @@ func TestFireInvalid(t *testing.T) {
 }
 
 func TestSync(t *testing.T) {
+	t.Parallel()
 	sink := newRecordingSink("rec")
 	e := newEnv(t, alert.Options{Sinks: []alert.Sink{sink}})
 	ic := func(id, subject string) alert.Alert {
@@ -320,6 +324,7 @@ func TestSync(t *testing.T) {
 }
 
 func TestList(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, alert.Options{})
 	e.fire(drift("a", "1"))
 	e.fire(drift("b", "2"))
@@ -354,6 +359,7 @@ func TestList(t *testing.T) {
 }
 
 func TestSubscribe(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, alert.Options{SubscriberBuffer: 2})
 	e.fire(drift("a", "1"))
 	e.fire(drift("b", "2"))
@@ -415,6 +421,7 @@ func TestSubscribe(t *testing.T) {
 }
 
 func TestPrune(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, alert.Options{ResolvedRetention: time.Hour})
 	e.fire(drift("old", "1"))
 	e.fire(drift("recent", "2"))
@@ -445,6 +452,7 @@ func TestPrune(t *testing.T) {
 }
 
 func TestPersistBeforeNotify(t *testing.T) {
+	t.Parallel()
 	kv := newMemKV()
 	sink := newRecordingSink("rec")
 	m, err := alert.NewManager(kv, alert.Options{Sinks: []alert.Sink{sink}, Logger: quiet})
@@ -474,6 +482,7 @@ func TestPersistBeforeNotify(t *testing.T) {
 }
 
 func TestClosed(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, alert.Options{})
 	e.fire(drift("a", "1"))
 	m := e.m
@@ -499,6 +508,7 @@ func TestClosed(t *testing.T) {
 }
 
 func TestConcurrent(t *testing.T) {
+	t.Parallel()
 	sink := newRecordingSink("rec")
 	sink.ch = make(chan alert.Alert, 10000)
 	e := newEnv(t, alert.Options{Sinks: []alert.Sink{sink}})
@@ -567,6 +577,7 @@ func ExampleManager_Sync() {
 }
 
 func TestDuplicateSinkNames(t *testing.T) {
+	t.Parallel()
 	_, err := alert.NewManager(newMemKV(), alert.Options{Logger: quiet,
 		Sinks: []alert.Sink{newRecordingSink("a"), newRecordingSink("a")}})
 	if err == nil {

@@ -65,6 +65,7 @@ func alertIDs(as []alert.Alert) string {
 }
 
 func TestAlertsList(t *testing.T) {
+	t.Parallel()
 	env, m := newAlertEnv(t, api.Options{})
 	var out alertsOut
 	r := env.getJSON("/v1/alerts", &out)
@@ -116,6 +117,7 @@ func TestAlertsList(t *testing.T) {
 }
 
 func TestAlertGet(t *testing.T) {
+	t.Parallel()
 	env, m := newAlertEnv(t, api.Options{})
 	q := fire(t, m, alert.Alert{ID: "integrity/payments.0/why?#", Kind: alert.KindIntegrity, Subject: "payments.0", Summary: "y"})
 	var got alert.Alert
@@ -143,6 +145,7 @@ func TestAlertGet(t *testing.T) {
 }
 
 func TestAlertsDisabled(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t, envConfig{})
 	for _, path := range []string{"/v1/alerts", "/v1/alerts/drift/x", "/v1/alerts/stream"} {
 		r := env.get(path, http.StatusNotFound)
@@ -154,6 +157,7 @@ func TestAlertsDisabled(t *testing.T) {
 }
 
 func TestAlertsAuth(t *testing.T) {
+	t.Parallel()
 	env, _ := newAlertEnv(t, api.Options{ReadToken: "reader", WriteToken: "writer"})
 	for _, path := range []string{"/v1/alerts", "/v1/alerts/drift/x", "/v1/alerts/stream"} {
 		if r := env.do(http.MethodGet, path, nil); r.status != http.StatusUnauthorized {
@@ -244,6 +248,7 @@ func openStream(t testing.TB, env *testEnv, ctx context.Context) (*http.Response
 }
 
 func TestAlertStream(t *testing.T) {
+	t.Parallel()
 	env, m := newAlertEnv(t, api.Options{})
 	fire(t, m, alert.Alert{ID: "drift/balances", Kind: alert.KindDrift, Subject: "balances", Summary: "3 keys differ",
 		Details: json.RawMessage("{\n  \"keys\": [\"k1\",\n \"k2\"]\n}")})

@@ -284,6 +284,7 @@ func violationsMetric(t *testing.T, env *testEnv, kind string) string {
 // "internal" forever, with no alert. Each answers 500 "integrity" now,
 // counted and handed to the handler, and the other entries still read fine.
 func TestIntegrityAPIEntryMissing(t *testing.T) {
+	t.Parallel()
 	n := 65_536 + 300
 	f := newFaultLedger(t, n, 20_000)
 	const lost = 1000
@@ -348,6 +349,7 @@ type inclusionJSON struct {
 // that differs from the tree's, and a flipped tile hash gave wrong proofs
 // with 200.
 func TestIntegrityAPIStoredData(t *testing.T) {
+	t.Parallel()
 	const n = 1100
 	f := newFaultLedger(t, n, 500)
 
@@ -436,6 +438,7 @@ func checkEveryProof(t *testing.T, f *faultLedger, env *testEnv, from, to int) (
 // TestIntegrityAPICleanStore reads a sound ledger every way and requires
 // 200s, correct proofs and no alarm.
 func TestIntegrityAPICleanStore(t *testing.T) {
+	t.Parallel()
 	const n = 2100
 	f := newFaultLedger(t, n, 700)
 	env, rec := f.withFault(t, nil)

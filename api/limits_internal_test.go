@@ -14,6 +14,7 @@ import (
 // A POST waits while every write slot is taken, and goes through once one
 // is free.
 func TestWriteSlotsBoundPOSTs(t *testing.T) {
+	t.Parallel()
 	quiet := slog.New(slog.DiscardHandler)
 	st, key := ledgertest.OpenKey(t, ledgertest.WithKeyName("limits.test"))
 	vkey := key.VKey

@@ -148,6 +148,7 @@ func value(m *dto.Metric) float64 {
 }
 
 func TestNextStartBounds(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 	s := Schedule{Interval: time.Hour, Jitter: 10 * time.Minute}
 	cases := []struct {
@@ -186,6 +187,7 @@ func TestNextStartBounds(t *testing.T) {
 // fire early, so this holds on a loaded machine), keep coming, and each
 // draws its jitter.
 func TestRunnerSchedule(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var starts []time.Time // the recorded starts of the passes, from OnPass
 	c := &fakeChecker{name: "tick", run: func(ctx context.Context, p Progress) error { return p.Checked(ctx, 1) }}
@@ -235,6 +237,7 @@ func TestRunnerSchedule(t *testing.T) {
 
 // TestRunnerUnscheduled: interval 0 runs only on demand.
 func TestRunnerUnscheduled(t *testing.T) {
+	t.Parallel()
 	ran := make(chan struct{}, 10)
 	c := &fakeChecker{name: "manual", run: func(ctx context.Context, p Progress) error { ran <- struct{}{}; return nil }}
 	r := NewRunner(&memKV{}, Options{Logger: quiet})
@@ -270,6 +273,7 @@ func TestRunnerUnscheduled(t *testing.T) {
 // once; unthrottled it never waits; a checker slower than the rate is not
 // slowed further.
 func TestThrottle(t *testing.T) {
+	t.Parallel()
 	const n, rate = 10_000, 1000.0
 	want := time.Duration((n - rate/10) / rate * float64(time.Second)) // 9.9s
 	cases := []struct {
@@ -371,6 +375,7 @@ func TestThrottle(t *testing.T) {
 // count and error survive a reopen of the store, and the gauges are set
 // from them before any new pass.
 func TestFindingsPersist(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	st, kv := ts.open()
 	clock := newFakeClock()
@@ -433,6 +438,7 @@ func TestFindingsPersist(t *testing.T) {
 // TestMetrics follows the metrics over a pass with findings, a clean pass
 // and a failed one.
 func TestMetrics(t *testing.T) {
+	t.Parallel()
 	clock := newFakeClock()
 	var mode string
 	c := &fakeChecker{name: "audit", run: func(ctx context.Context, p Progress) error {
@@ -523,6 +529,7 @@ func TestMetrics(t *testing.T) {
 // log and kind, and whether it completed; MaxFindings bounds the list but
 // not the counts.
 func TestOnPass(t *testing.T) {
+	t.Parallel()
 	var got []PassResult
 	many := 0
 	fail := false
@@ -566,6 +573,7 @@ func TestOnPass(t *testing.T) {
 // keeps the last completed pass's findings, and takes nothing down; its
 // error is not a finding.
 func TestCheckerError(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	_, kv := ts.open()
 	var mode string
@@ -614,6 +622,7 @@ func TestCheckerError(t *testing.T) {
 // progress promptly; the stopped pass is counted as canceled but not
 // recorded, so the last record stays the last real pass.
 func TestStopDuringPass(t *testing.T) {
+	t.Parallel()
 	started := make(chan struct{})
 	c := &fakeChecker{name: "slow", run: func(ctx context.Context, p Progress) error {
 		close(started)
@@ -658,6 +667,7 @@ func TestStopDuringPass(t *testing.T) {
 }
 
 func TestRegisterErrors(t *testing.T) {
+	t.Parallel()
 	r := NewRunner(&memKV{}, Options{Logger: quiet})
 	if err := r.Register(&fakeChecker{name: "a"}, Schedule{}); err != nil {
 		t.Fatal(err)

@@ -75,6 +75,7 @@ func describe(fs []checkers.Finding) []string {
 }
 
 func TestScrubClean(t *testing.T) {
+	t.Parallel()
 	dir, k := smallStore(t)
 	c := checkRaw(t, dir, k.verifier)
 	if len(c.findings) != 0 {
@@ -93,6 +94,7 @@ func TestScrubClean(t *testing.T) {
 // TestScrubFaults corrupts one stored value per case and checks that the
 // scrub and the audit report exactly it.
 func TestScrubFaults(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name  string
 		edit  func(t *testing.T, db *pebble.DB, id uint32)
@@ -162,6 +164,7 @@ func TestScrubFaults(t *testing.T) {
 // own key (a signer who lied once): the signature verifies, so only the
 // tree can tell, and both checkers do.
 func TestScrubResignedCheckpoint(t *testing.T) {
+	t.Parallel()
 	dir, k := smallStore(t)
 	editPebble(t, dir, func(db *pebble.DB, id uint32) {
 		cp := merkle.Checkpoint{Origin: k.verifier.Name() + "/pay", Size: 2000, Root: merkle.LeafHash([]byte("forged"))}
@@ -182,6 +185,7 @@ func TestScrubResignedCheckpoint(t *testing.T) {
 
 // TestScrubCancel stops a pass when Checked reports the end of its context.
 func TestScrubCancel(t *testing.T) {
+	t.Parallel()
 	dir, k := smallStore(t)
 	rs, err := ledger.OpenRaw(dir, quiet())
 	if err != nil {

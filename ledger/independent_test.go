@@ -286,6 +286,7 @@ func checkCheckpoints(t testing.TB, l *ledger.Log, tl *tlogLog, v note.Verifier)
 }
 
 func TestIndependentVerification(t *testing.T) {
+	t.Parallel()
 	const total = 300
 	k := newIndepKeys(t)
 	// Interval 0: a checkpoint after every group commit, so there are many
@@ -388,6 +389,7 @@ func TestIndependentVerification(t *testing.T) {
 // partial tiles (with and without complete level-4 nodes) at every tile
 // level, appends more after each reopen, and checks the tree against tlog.
 func TestIndependentReopen(t *testing.T) {
+	t.Parallel()
 	k := newIndepKeys(t)
 	dir := t.TempDir()
 	stops := []uint64{1, 16, 17, 255, 256, 257, 300, 4111, 4112}
@@ -471,6 +473,7 @@ func TestIndependentReopen(t *testing.T) {
 // hashes in storage must still give the root the writer committed, and the
 // store must open again.
 func TestReopenPartialTileKeepsMidHashes(t *testing.T) {
+	t.Parallel()
 	k := newIndepKeys(t)
 	dir := t.TempDir()
 	ctx := context.Background()

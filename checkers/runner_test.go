@@ -240,17 +240,38 @@ func TestRunnerUnscheduled(t *testing.T) {
 	t.Parallel()
 	ran := make(chan struct{}, 10)
 	c := &fakeChecker{name: "manual", run: func(ctx context.Context, p Progress) error { ran <- struct{}{}; return nil }}
-	r := NewRunner(&memKV{}, Options{Logger: quiet})
+	// A scheduled checker beside it is the clock of this test: while it
+	// completes passes, the Runner's loops are running.
+	ticks := make(chan struct{}, 100)
+	tick := &fakeChecker{name: "tick"}
+	r := NewRunner(&memKV{}, Options{Logger: quiet, OnPass: func(pr PassResult) {
+		if pr.Checker == "tick" {
+			select {
+			case ticks <- struct{}{}:
+			default:
+			}
+		}
+	}})
 	if err := r.Register(c, Schedule{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Register(tick, Schedule{Interval: time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); r.Run(ctx) }()
+	for i := 0; i < 3; i++ {
+		select {
+		case <-ticks:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the scheduled checker did not run")
+		}
+	}
 	select {
 	case <-ran:
 		t.Fatal("an unscheduled checker ran without being asked")
-	case <-time.After(100 * time.Millisecond):
+	default:
 	}
 	if err := r.Trigger("manual"); err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package alert_test
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"log/slog"
 	"slices"
@@ -11,35 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/mod/sumdb/note"
-
 	"github.com/auditd/auditd/alert"
+	"github.com/auditd/auditd/internal/ledgertest"
 	"github.com/auditd/auditd/ledger"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
-
-// openStore opens a ledger store in dir; the test closes it.
-func openStore(t testing.TB, dir string) *ledger.Store {
-	t.Helper()
-	skey, vkey, err := note.GenerateKey(rand.Reader, "alert-test.example")
-	if err != nil {
-		t.Fatal(err)
-	}
-	signer, err := note.NewSigner(skey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	verifier, err := note.NewVerifier(vkey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ledger.Open(dir, signer, verifier, ledger.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
 
 // clock is a settable test clock.
 type clock struct {
@@ -89,7 +65,7 @@ func newEnv(t testing.TB, opts alert.Options) *env {
 
 func (e *env) open() {
 	e.t.Helper()
-	e.store = openStore(e.t, e.dir)
+	e.store = ledgertest.Open(e.t, ledgertest.WithDir(e.dir), ledgertest.WithKeyName("alert-test.example"))
 	b, err := e.store.Bucket("alerts")
 	if err != nil {
 		e.t.Fatal(err)
@@ -186,13 +162,19 @@ func (s *recordingSink) next(t testing.TB) alert.Alert {
 	}
 }
 
-// none requires that nothing more is delivered for a short while.
-func (s *recordingSink) none(t testing.TB) {
+// none requires that m handed the sink nothing more: everything m queued
+// before the call has been handled once Flush returns.
+func (s *recordingSink) none(t testing.TB, m *alert.Manager) {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := m.Flush(ctx); err != nil {
+		t.Fatalf("flush: %v", err)
+	}
 	select {
 	case a := <-s.ch:
 		t.Fatalf("sink: unexpected notification %s %s %q", a.ID, a.State, a.Summary)
-	case <-time.After(50 * time.Millisecond):
+	default:
 	}
 }
 

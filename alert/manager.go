@@ -99,15 +99,6 @@ type Manager struct {
 	closed bool
 }
 
-type sinkQueue struct {
-	sink Sink
-	name string
-	q    chan Alert
-	done chan struct{}
-}
-
-type subscriber struct{ ch chan Alert }
-
 // NewManager loads the alerts kept in kv, prunes resolved alerts older than
 // the retention, and starts the sinks' delivery. Close stops it.
 func NewManager(kv KV, opts Options) (*Manager, error) {
@@ -164,7 +155,7 @@ func NewManager(kv KV, opts Options) (*Manager, error) {
 	}
 	for _, s := range opts.Sinks {
 		name := s.Name()
-		sq := &sinkQueue{sink: s, name: name, q: make(chan Alert, opts.QueueSize), done: make(chan struct{})}
+		sq := &sinkQueue{sink: s, name: name, q: make(chan notice, opts.QueueSize), done: make(chan struct{})}
 		for _, r := range []string{"delivered", "failed", "dropped"} {
 			m.notifications.WithLabelValues(name, r)
 		}
@@ -478,94 +469,6 @@ func (m *Manager) List(f Filter) []Alert {
 		}
 	}
 	return out
-}
-
-// Subscribe returns a channel that first carries every firing alert (oldest
-// change first) and then every change of any alert, in Seq order, until
-// ctx ends, the returned cancel function is called, or the Manager
-// closes; then the channel is closed. A subscriber that falls more than
-// Options.SubscriberBuffer changes behind is dropped: its channel is
-// closed early (it may subscribe again for a fresh snapshot). Subscribers
-// never block the Manager.
-func (m *Manager) Subscribe(ctx context.Context) (<-chan Alert, func()) {
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		ch := make(chan Alert)
-		close(ch)
-		return ch, func() {}
-	}
-	var firing []*Alert
-	for _, a := range m.sorted() {
-		if a.State == StateFiring {
-			firing = append(firing, a)
-		}
-	}
-	s := &subscriber{ch: make(chan Alert, len(firing)+m.opts.SubscriberBuffer)}
-	for _, a := range firing {
-		s.ch <- a.clone()
-	}
-	m.subs[s] = struct{}{}
-	m.mu.Unlock()
-	stop := context.AfterFunc(ctx, func() { m.unsubscribe(s) })
-	return s.ch, func() {
-		stop()
-		m.unsubscribe(s)
-	}
-}
-
-func (m *Manager) unsubscribe(s *subscriber) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if _, ok := m.subs[s]; ok {
-		delete(m.subs, s)
-		close(s.ch)
-	}
-}
-
-// publish tells subscribers, and sinks if toSinks, of a; m.mu must be held.
-func (m *Manager) publish(a *Alert, toSinks bool) {
-	for s := range m.subs {
-		select {
-		case s.ch <- a.clone():
-		default:
-			delete(m.subs, s)
-			close(s.ch)
-			m.log.Warn("dropped a slow alert subscriber", "buffer", m.opts.SubscriberBuffer)
-		}
-	}
-	if toSinks {
-		m.toSinks(*a)
-	}
-}
-
-// toSinks queues a for every sink; m.mu must be held.
-func (m *Manager) toSinks(a Alert) {
-	for _, sq := range m.sinks {
-		select {
-		case sq.q <- a.clone():
-		default:
-			m.notifications.WithLabelValues(sq.name, "dropped").Inc()
-			m.log.Error("alert sink queue full, notification dropped", "sink", sq.name, "alert", a.ID, "state", a.State)
-		}
-	}
-}
-
-// deliver sends sq's queue to its sink until the queue closes.
-func (m *Manager) deliver(sq *sinkQueue) {
-	defer close(sq.done)
-	for a := range sq.q {
-		if m.ctx.Err() != nil {
-			m.notifications.WithLabelValues(sq.name, "dropped").Inc()
-			continue
-		}
-		if err := sq.sink.Notify(m.ctx, []Alert{a}); err != nil {
-			m.notifications.WithLabelValues(sq.name, "failed").Inc()
-			m.log.Error("alert notification failed", "sink", sq.name, "alert", a.ID, "state", a.State, "err", err)
-			continue
-		}
-		m.notifications.WithLabelValues(sq.name, "delivered").Inc()
-	}
 }
 
 // Close stops the Manager: Fire, Resolve and Sync fail with ErrClosed from

@@ -17,6 +17,7 @@ import (
 )
 
 func TestPersistAcrossReopen(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, alert.Options{})
 	a := drift("balances", "3 keys differ")
 	a.Labels = map[string]string{"severity": "critical"}
@@ -112,6 +113,7 @@ func value(s *dto.Metric) float64 {
 }
 
 func TestFire(t *testing.T) {
+	t.Parallel()
 	sink := newRecordingSink("rec")
 	e := newEnv(t, alert.Options{Sinks: []alert.Sink{sink}})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -136,7 +138,7 @@ func TestFire(t *testing.T) {
 	if again := e.fire(drift("balances", "3 keys differ")); !reflect.DeepEqual(again, a) {
 		t.Errorf("unchanged re-fire returned %+v, want %+v", again, a)
 	}
-	sink.none(t)
+	sink.none(t, e.m)
 	select {
 	case ev := <-events:
 		t.Errorf("subscriber told of an unchanged re-fire: %+v", ev)
@@ -153,7 +155,7 @@ func TestFire(t *testing.T) {
 	if ev := <-events; ev.Seq != 2 {
 		t.Errorf("subscriber got %+v", ev)
 	}
-	sink.none(t)
+	sink.none(t, e.m)
 
 	// A new summary goes to the sinks too.
 	got = e.fire(drift("balances", "4 keys differ"))
@@ -196,7 +198,7 @@ func TestFire(t *testing.T) {
 	if err := e.m.Resolve(a.ID); err != nil {
 		t.Errorf("resolving twice: %v", err)
 	}
-	sink.none(t)
+	sink.none(t, e.m)
 	if err := e.m.Resolve("drift/nothing"); !errors.Is(err, alert.ErrNotFound) {
 		t.Errorf("Resolve(unknown) = %v, want ErrNotFound", err)
 	}
@@ -226,6 +228,7 @@ func TestFire(t *testing.T) {
 }
 
 func TestFireInvalid(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, alert.Options{})
 	ok := drift("balances", "s")
 	for name, mod := range map[string]func(*alert.Alert){
@@ -259,6 +262,7 @@ func TestFireInvalid(t *testing.T) {
 }
 
 func TestSync(t *testing.T) {
+	t.Parallel()
 	sink := newRecordingSink("rec")
 	e := newEnv(t, alert.Options{Sinks: []alert.Sink{sink}})
 	ic := func(id, subject string) alert.Alert {
@@ -292,7 +296,7 @@ func TestSync(t *testing.T) {
 	if n := sink.next(t); n.ID != "integrity/payments.0/b" || n.State != alert.StateResolved {
 		t.Errorf("sink got %+v", n)
 	}
-	sink.none(t)
+	sink.none(t, e.m)
 
 	// A mismatched alert refuses the whole Sync.
 	bad := ic("c", "payments.0")
@@ -320,6 +324,7 @@ func TestSync(t *testing.T) {
 }
 
 func TestList(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, alert.Options{})
 	e.fire(drift("a", "1"))
 	e.fire(drift("b", "2"))
@@ -354,6 +359,7 @@ func TestList(t *testing.T) {
 }
 
 func TestSubscribe(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, alert.Options{SubscriberBuffer: 2})
 	e.fire(drift("a", "1"))
 	e.fire(drift("b", "2"))
@@ -415,6 +421,7 @@ func TestSubscribe(t *testing.T) {
 }
 
 func TestPrune(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, alert.Options{ResolvedRetention: time.Hour})
 	e.fire(drift("old", "1"))
 	e.fire(drift("recent", "2"))
@@ -445,6 +452,7 @@ func TestPrune(t *testing.T) {
 }
 
 func TestPersistBeforeNotify(t *testing.T) {
+	t.Parallel()
 	kv := newMemKV()
 	sink := newRecordingSink("rec")
 	m, err := alert.NewManager(kv, alert.Options{Sinks: []alert.Sink{sink}, Logger: quiet})
@@ -461,7 +469,7 @@ func TestPersistBeforeNotify(t *testing.T) {
 	if _, ok := m.Get("drift/a"); ok {
 		t.Error("an alert that was not stored is served")
 	}
-	sink.none(t)
+	sink.none(t, m)
 	select {
 	case a := <-events:
 		t.Errorf("subscriber told of an alert that was not stored: %+v", a)
@@ -474,6 +482,7 @@ func TestPersistBeforeNotify(t *testing.T) {
 }
 
 func TestClosed(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, alert.Options{})
 	e.fire(drift("a", "1"))
 	m := e.m
@@ -499,6 +508,7 @@ func TestClosed(t *testing.T) {
 }
 
 func TestConcurrent(t *testing.T) {
+	t.Parallel()
 	sink := newRecordingSink("rec")
 	sink.ch = make(chan alert.Alert, 10000)
 	e := newEnv(t, alert.Options{Sinks: []alert.Sink{sink}})
@@ -567,6 +577,7 @@ func ExampleManager_Sync() {
 }
 
 func TestDuplicateSinkNames(t *testing.T) {
+	t.Parallel()
 	_, err := alert.NewManager(newMemKV(), alert.Options{Logger: quiet,
 		Sinks: []alert.Sink{newRecordingSink("a"), newRecordingSink("a")}})
 	if err == nil {

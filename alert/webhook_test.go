@@ -98,6 +98,7 @@ func keys(m map[string]any) []string {
 }
 
 func TestWebhookPayload(t *testing.T) {
+	t.Parallel()
 	rc := newReceiver(t, nil)
 	hook := alert.NewWebhook(alert.WebhookConfig{
 		Name: "am-bridge", URL: rc.srv.URL + "/hook", ExternalURL: "https://auditd.example/",
@@ -207,6 +208,7 @@ func TestWebhookPayload(t *testing.T) {
 }
 
 func TestWebhookRetries(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name     string
 		statuses []int // by attempt; 200 after the end
@@ -233,7 +235,14 @@ func TestWebhookRetries(t *testing.T) {
 			if got := notifications(t, e.m, "hook", tc.result); got != 1 {
 				t.Errorf("%s notifications = %v, want 1", tc.result, got)
 			}
-			time.Sleep(20 * time.Millisecond) // room for a wrong extra attempt
+			// The result is counted once Notify has returned, after its
+			// last attempt: no attempt can follow (Flush makes sure the
+			// queue holds nothing else either).
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := e.m.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
 			if n := rc.requests(); n != tc.requests {
 				t.Errorf("%d requests, want %d", n, tc.requests)
 			}

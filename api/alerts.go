@@ -14,10 +14,6 @@ import (
 	"github.com/auditd/auditd/alert"
 )
 
-// sseKeepalive is the interval of the comment lines that keep an idle
-// event stream (and the proxies on its way) open.
-const sseKeepalive = 15 * time.Second
-
 // alertRoutes serves the alerts under /v1/alerts:
 //
 //	GET /             the alerts, filtered (?state, ?kind, ?subject, ?limit)
@@ -90,7 +86,7 @@ func (s *Server) getAlert(w http.ResponseWriter, r *http.Request) {
 
 // streamAlerts serves text/event-stream: every firing alert, then every
 // change, each as "id: <seq>\nevent: alert\ndata: <json>\n\n", with a
-// comment line every sseKeepalive. It ends when the client goes, the
+// comment line every Options.StreamKeepalive. It ends when the client goes, the
 // alert manager closes, or this stream falls too far behind (the client's
 // EventSource then reconnects and gets a fresh snapshot).
 func (s *Server) streamAlerts(w http.ResponseWriter, r *http.Request) {
@@ -114,7 +110,7 @@ func (s *Server) streamAlerts(w http.ResponseWriter, r *http.Request) {
 		s.log.Warn("alert stream cannot flush", "err", err)
 		return
 	}
-	keepalive := time.NewTicker(sseKeepalive)
+	keepalive := time.NewTicker(s.opts.StreamKeepalive)
 	defer keepalive.Stop()
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)

@@ -103,6 +103,7 @@ func orderLeafHashes(t testing.TB, log string) ([3]merkle.Hash, string) {
 }
 
 func TestPostNDJSON(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true}})
 	h, derived := orderLeafHashes(t, "orders")
 	body := ndjson(orderEvents...)
@@ -207,6 +208,7 @@ func TestPostJSONArray(t *testing.T) {
 }
 
 func TestPostWaitCheckpoint(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true}})
 	var leaves []merkle.Hash
 	var cps []merkle.Checkpoint
@@ -284,6 +286,7 @@ func seed(t testing.TB, env *testEnv, log string, n int) ([]merkle.Hash, merkle.
 }
 
 func TestListAndGetLogs(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true}, logs: []string{"empty"}})
 	hs, cp := seed(t, env, "b.log", 5)
 	if cp.Size != 5 {
@@ -342,6 +345,7 @@ func TestListAndGetLogs(t *testing.T) {
 }
 
 func TestCheckpointText(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true}})
 	hs, _ := seed(t, env, "payments.0", 3)
 	r := env.get("/v1/logs/payments.0/checkpoint", http.StatusOK)
@@ -378,6 +382,7 @@ func TestCheckpointText(t *testing.T) {
 }
 
 func TestPayloadBytesKept(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true}})
 	// <, > and & would be rewritten by HTML escaping, as would U+2028 and
 	// U+2029; escapes the producer wrote stay as written.
@@ -436,6 +441,7 @@ func TestPayloadBytesKept(t *testing.T) {
 }
 
 func TestInclusionProofs(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true}})
 	const n = 7
 	hs, cp := seed(t, env, "inc", n)
@@ -492,6 +498,7 @@ func TestInclusionProofs(t *testing.T) {
 }
 
 func TestConsistencyProofs(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true}})
 	const n = 9
 	hs, _ := seed(t, env, "con", n)
@@ -555,6 +562,7 @@ func (tr *tileReader) ReadTiles(tiles []tlog.Tile) ([][]byte, error) {
 func (tr *tileReader) SaveTiles([]tlog.Tile, [][]byte) {}
 
 func TestTiles(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true}})
 	hs, _ := seed(t, env, "tiles", 5)
 	concat := func(hs []merkle.Hash) []byte {
@@ -634,6 +642,7 @@ func TestTiles(t *testing.T) {
 }
 
 func TestVerifierHealthReady(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t, envConfig{})
 	r := env.get("/v1/verifier", http.StatusOK)
 	if ct := r.header.Get("Content-Type"); ct != "text/plain; charset=utf-8" {
@@ -651,6 +660,7 @@ func TestVerifierHealthReady(t *testing.T) {
 }
 
 func TestMetrics(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true}, metrics: true})
 	seed(t, env, "m", 3)
 	env.post("m", "", `{"id":"e0","time":"2024-01-01T00:00:00.5Z","payload":{"i":0}}`) // a duplicate
@@ -681,6 +691,7 @@ func TestMetrics(t *testing.T) {
 }
 
 func TestAuth(t *testing.T) {
+	t.Parallel()
 	t.Run("write token", func(t *testing.T) {
 		env := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true, WriteToken: "w-secret"}})
 		env.token = "w-secret"
@@ -733,6 +744,7 @@ type badRequest struct {
 // precise status and a JSON error body, never a crash, and the ledger is
 // unchanged.
 func TestBadRequests(t *testing.T) {
+	t.Parallel()
 	const maxBody = 2048
 	envs := map[string]*testEnv{
 		// CreateLogs, a small body limit.
@@ -969,6 +981,7 @@ func TestBadRequests(t *testing.T) {
 // A checkpoint that does not come in time: 503, but the entries are durable
 // and listed.
 func TestPostWaitCheckpointTimeout(t *testing.T) {
+	t.Parallel()
 	// The first append is signed at once; later ones wait an hour.
 	env := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true, WaitTimeout: 50 * time.Millisecond}, cpInterval: time.Hour})
 	first, _ := seed(t, env, "slow", 1)
@@ -1002,6 +1015,7 @@ func TestPostWaitCheckpointTimeout(t *testing.T) {
 // Concurrent producers each get their own entries back with proofs that
 // verify against the checkpoint they were given.
 func TestConcurrentPosts(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true}})
 	const producers, batches, perBatch = 8, 5, 7
 	type result struct {

@@ -85,6 +85,7 @@ func newChecksEnv(t *testing.T, opts api.Options) (*testEnv, *checkers.Runner, c
 }
 
 func TestChecksList(t *testing.T) {
+	t.Parallel()
 	env, r, _ := newChecksEnv(t, api.Options{})
 	var out struct {
 		Checks []checkStatus `json:"checks"`
@@ -127,6 +128,7 @@ func TestChecksList(t *testing.T) {
 }
 
 func TestChecksRun(t *testing.T) {
+	t.Parallel()
 	env, r, ran := newChecksEnv(t, api.Options{WriteToken: "w", ReadToken: "r"})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -174,6 +176,7 @@ func TestChecksRun(t *testing.T) {
 }
 
 func TestChecksDisabled(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t, envConfig{})
 	for _, p := range []string{"/v1/checks", "/v1/checks/scrub"} {
 		if r := env.get(p, http.StatusNotFound); !strings.Contains(string(r.body), `"checks_disabled"`) {

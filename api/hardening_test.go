@@ -21,6 +21,7 @@ import (
 // and a POST of a derivation run without a token are refused; with the read
 // token (the only credential there is) the entry is appended.
 func TestReadTokenAloneProtectsWrites(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true, ReadToken: "r3ad"}})
 	for _, path := range []string{"/v1/logs/l/entries", "/v1/derivations/d/run"} {
 		r := e.do(http.MethodPost, path, strings.NewReader(`{"id":"a","payload":1}`))
@@ -46,6 +47,7 @@ func TestReadTokenAloneProtectsWrites(t *testing.T) {
 // Item 1: two ids that differ only in their invalid bytes are both refused
 // (400 with the line) instead of colliding on U+FFFD; an empty id is 400.
 func TestPostRefusesInvalidUTF8IDs(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true}})
 	e.post("l", "", `{"id":"x","payload":1}`)
 	for _, body := range []string{
@@ -114,6 +116,7 @@ func TestSlowBodiesReleaseWriteSlots(t *testing.T) {
 // checkpoint longer than the body timeout still gets its proof, and a
 // second request on the same keep-alive connection is served.
 func TestBodyTimeoutEndsWithTheBody(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true, BodyTimeout: 200 * time.Millisecond}, cpInterval: 600 * time.Millisecond})
 	e.post("l", "", `{"id":"a","payload":1}`) // the next checkpoint is ~600ms away
 	time.Sleep(300 * time.Millisecond)
@@ -157,6 +160,7 @@ func TestBodiesShareAByteBudget(t *testing.T) {
 // Item 4: non-canonical tile paths are refused; a malformed parameter is
 // echoed cut short; start=2^64-1 does not wrap the computed end.
 func TestParsingEdges(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true}})
 	var body strings.Builder
 	for i := range 300 {
@@ -203,6 +207,7 @@ func TestParsingEdges(t *testing.T) {
 // Item 10: with a read token, /metrics (which names every log) needs it,
 // and /readyz says only ready or not, naming no log and no error.
 func TestReadTokenHidesLogNames(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true, ReadToken: "r3ad",
 		Ready: func() error { return fmt.Errorf("broker secret-topic.0 unreachable") }}, metrics: true})
 	e.token = "r3ad"
@@ -228,6 +233,7 @@ func TestReadTokenHidesLogNames(t *testing.T) {
 // Item 11: an HTTP id conflict with the log raises an integrity alert (as
 // Kafka's violations do); a conflict inside one request does not.
 func TestIDConflictRaisesAlert(t *testing.T) {
+	t.Parallel()
 	e, m := newAlertEnv(t, api.Options{CreateLogs: true})
 	e.post("orders", "", `{"id":"o-1","payload":1}`)
 	r := e.do(http.MethodPost, "/v1/logs/orders/entries", strings.NewReader(`{"id":"o-2","payload":1}`+"\n"+`{"id":"o-2","payload":2}`))
@@ -250,6 +256,7 @@ func TestIDConflictRaisesAlert(t *testing.T) {
 // Item 7: POSTs create at most MaxLogs logs (403 too_many_logs after, and
 // nothing is created); GET /v1/logs is paginated (1,000 a page, Link rel=next).
 func TestMaxLogsAndPagination(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true, MaxLogs: 3}})
 	for _, l := range []string{"a", "b", "c"} {
 		e.post(l, "", `{"id":"x","payload":1}`)
@@ -295,6 +302,7 @@ func TestMaxLogsAndPagination(t *testing.T) {
 
 // Item 7: the Go client follows the pages of GET /v1/logs.
 func TestClientLogsFollowsPages(t *testing.T) {
+	t.Parallel()
 	names := make([]string, 2001)
 	for i := range names {
 		names[i] = fmt.Sprintf("l%04d", i)

@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"crypto/rand"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -19,10 +18,10 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/auditd/auditd/api"
+	"github.com/auditd/auditd/internal/ledgertest"
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/merkle"
 )
@@ -34,12 +33,11 @@ import (
 
 // faultLedger is a filled, closed ledger directory with its key.
 type faultLedger struct {
-	dir      string
-	signer   note.Signer
-	verifier note.Verifier
-	vkey     string
-	id       uint32 // the id of log "c"
-	size     int
+	dir  string
+	key  ledgertest.Key
+	vkey string
+	id   uint32 // the id of log "c"
+	size int
 	// leaves are the events' leaf hashes, computed here from the events
 	// posted (not read back), and anchored on the signed checkpoint: their
 	// tree hash is its root.
@@ -94,12 +92,9 @@ func (f *faultLedger) serveLedger(t *testing.T, dir string) (env *testEnv, rec *
 	t.Helper()
 	quiet := slog.New(slog.DiscardHandler)
 	rec = &integrityRecord{}
-	store, err := ledger.Open(dir, f.signer, f.verifier, ledger.WithCheckpointInterval(10*time.Millisecond),
-		ledger.WithLogger(quiet), ledger.WithIntegrityHandler(rec.handle))
-	if err != nil {
-		t.Fatalf("open ledger: %v", err)
-	}
-	env = &testEnv{t: t, store: store, verifier: f.verifier, vkey: f.vkey, reg: prometheus.NewRegistry()}
+	store := ledgertest.Open(t, ledgertest.WithDir(dir), ledgertest.WithKey(f.key), ledgertest.WithLedger(
+		ledger.WithCheckpointInterval(10*time.Millisecond), ledger.WithIntegrityHandler(rec.handle)))
+	env = &testEnv{t: t, store: store, verifier: f.key.Verifier, vkey: f.vkey, reg: prometheus.NewRegistry()}
 	env.server = api.New(store, f.vkey, api.Options{Logger: quiet, MaxEvents: 20_000,
 		Metrics: promhttp.HandlerFor(env.reg, promhttp.HandlerOpts{})})
 	r := prometheus.WrapRegistererWithPrefix("auditd_", env.reg)
@@ -124,17 +119,8 @@ func (f *faultLedger) serveLedger(t *testing.T, dir string) (env *testEnv, rec *
 // the ledger.
 func newFaultLedger(t *testing.T, n, per int) *faultLedger {
 	t.Helper()
-	skey, vkey, err := note.GenerateKey(rand.Reader, testKeyName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &faultLedger{dir: t.TempDir(), vkey: vkey, size: n}
-	if f.signer, err = note.NewSigner(skey); err != nil {
-		t.Fatal(err)
-	}
-	if f.verifier, err = note.NewVerifier(vkey); err != nil {
-		t.Fatal(err)
-	}
+	k := ledgertest.NewKey(t, testKeyName)
+	f := &faultLedger{dir: t.TempDir(), vkey: k.VKey, key: k, size: n}
 	env, _, stop := f.serveLedger(t, f.dir)
 	if _, err := env.store.CreateLog("c"); err != nil {
 		t.Fatal(err)
@@ -298,6 +284,7 @@ func violationsMetric(t *testing.T, env *testEnv, kind string) string {
 // "internal" forever, with no alert. Each answers 500 "integrity" now,
 // counted and handed to the handler, and the other entries still read fine.
 func TestIntegrityAPIEntryMissing(t *testing.T) {
+	t.Parallel()
 	n := 65_536 + 300
 	f := newFaultLedger(t, n, 20_000)
 	const lost = 1000
@@ -362,6 +349,7 @@ type inclusionJSON struct {
 // that differs from the tree's, and a flipped tile hash gave wrong proofs
 // with 200.
 func TestIntegrityAPIStoredData(t *testing.T) {
+	t.Parallel()
 	const n = 1100
 	f := newFaultLedger(t, n, 500)
 
@@ -450,6 +438,7 @@ func checkEveryProof(t *testing.T, f *faultLedger, env *testEnv, from, to int) (
 // TestIntegrityAPICleanStore reads a sound ledger every way and requires
 // 200s, correct proofs and no alarm.
 func TestIntegrityAPICleanStore(t *testing.T) {
+	t.Parallel()
 	const n = 2100
 	f := newFaultLedger(t, n, 700)
 	env, rec := f.withFault(t, nil)

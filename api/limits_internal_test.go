@@ -1,54 +1,64 @@
 package api
 
 import (
-	"crypto/rand"
+	"context"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
-	"golang.org/x/mod/sumdb/note"
-
-	"github.com/auditd/auditd/ledger"
+	"github.com/auditd/auditd/internal/ledgertest"
 )
 
 // A POST waits while every write slot is taken, and goes through once one
-// is free.
+// is free. The test ends the first POST's request context itself while no
+// slot is free: the answer says it ended waiting for a write slot, which
+// only that wait says, so the POST was waiting there (no sleep needed).
 func TestWriteSlotsBoundPOSTs(t *testing.T) {
-	skey, vkey, _ := note.GenerateKey(rand.Reader, "limits.test")
-	signer, _ := note.NewSigner(skey)
-	verifier, _ := note.NewVerifier(vkey)
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := ledger.Open(t.TempDir(), signer, verifier, ledger.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	srv := New(st, vkey, Options{CreateLogs: true, MaxConcurrentWrites: 1, Logger: quiet})
-	hs := httptest.NewServer(srv)
+	t.Parallel()
+	quiet := slog.New(slog.DiscardHandler)
+	st, key := ledgertest.OpenKey(t, ledgertest.WithKeyName("limits.test"))
+	srv := New(st, key.VKey, Options{CreateLogs: true, MaxConcurrentWrites: 1, Logger: quiet})
+	// arrived gets the cancel function of each request's context once the
+	// request reaches the server.
+	arrived := make(chan context.CancelFunc, 1)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		arrived <- cancel
+		srv.ServeHTTP(w, r.WithContext(ctx))
+	}))
 	defer hs.Close()
+	post := func(id string) (int, string) {
+		resp, err := http.Post(hs.URL+"/v1/logs/l/entries", "application/x-ndjson", strings.NewReader(`{"id":"`+id+`","payload":1}`))
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
 
 	srv.writes <- struct{}{} // take the only slot
-	done := make(chan int, 1)
-	go func() {
-		resp, err := http.Post(hs.URL+"/v1/logs/l/entries", "application/x-ndjson", strings.NewReader(`{"id":"a","payload":1}`))
-		if err != nil {
-			done <- 0
-			return
-		}
-		resp.Body.Close()
-		done <- resp.StatusCode
-	}()
-	select {
-	case code := <-done:
-		t.Fatalf("POST finished (%d) while no write slot was free", code)
-	case <-time.After(200 * time.Millisecond):
+	type answer struct {
+		code int
+		body string
+	}
+	done := make(chan answer, 1)
+	go func() { c, b := post("a"); done <- answer{c, b} }()
+	(<-arrived)() // end the request while it waits
+	if a := <-done; a.code != http.StatusServiceUnavailable || !strings.Contains(a.body, "waiting for a write slot") {
+		t.Fatalf("POST while no write slot was free: %d %s, want 503 ended while waiting for a write slot", a.code, a.body)
 	}
 	<-srv.writes // free it
-	if code := <-done; code != http.StatusOK {
-		t.Fatalf("POST after the slot was freed: %d, want 200", code)
+	go func() { c, b := post("b"); done <- answer{c, b} }()
+	<-arrived
+	if a := <-done; a.code != http.StatusOK {
+		t.Fatalf("POST after the slot was freed: %d %s, want 200", a.code, a.body)
+	}
+	if l, err := st.Log("l"); err != nil || l.Size() != 1 {
+		t.Errorf("log l after the two POSTs: %v, %v; want one entry", l, err)
 	}
 }

@@ -61,6 +61,10 @@ type Options struct {
 	// Alerts serves /v1/alerts, if set (see alertRoutes); without it
 	// those routes answer 404.
 	Alerts *alert.Manager
+	// StreamKeepalive is the interval of the comment lines that keep an
+	// idle alert event stream (and the proxies on its way) open (default
+	// 15s).
+	StreamKeepalive time.Duration
 	// SourceStatus, if set, reports how a log is fed (a Kafka partition's
 	// position, gaps, conflicts and lag), shown by GET /v1/logs/{log}.
 	SourceStatus func(log string) (any, bool)
@@ -109,6 +113,9 @@ func New(store *ledger.Store, verifierKey string, opts Options) *Server {
 	}
 	if opts.MaxInflightBytes <= 0 {
 		opts.MaxInflightBytes = 4 * opts.MaxBodyBytes
+	}
+	if opts.StreamKeepalive <= 0 {
+		opts.StreamKeepalive = 15 * time.Second
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()

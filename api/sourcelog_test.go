@@ -10,6 +10,7 @@ import (
 // TestPostToSourceLog: a log a Kafka partition feeds (it has a source
 // position) refuses entries over HTTP with 409 source_log and is unchanged.
 func TestPostToSourceLog(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t, envConfig{logs: []string{"payments.0"}})
 	l, err := e.store.Log("payments.0")
 	if err != nil {

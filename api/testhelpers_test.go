@@ -3,7 +3,6 @@ package api_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
@@ -23,6 +22,7 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/auditd/auditd/api"
+	"github.com/auditd/auditd/internal/ledgertest"
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/merkle"
 )
@@ -59,31 +59,13 @@ type envConfig struct {
 // ends (the HTTP server first).
 func newTestEnv(t testing.TB, cfg envConfig) *testEnv {
 	t.Helper()
-	skey, vkey, err := note.GenerateKey(rand.Reader, testKeyName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	signer, err := note.NewSigner(skey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	verifier, err := note.NewVerifier(vkey)
-	if err != nil {
-		t.Fatal(err)
-	}
 	quiet := slog.New(slog.DiscardHandler)
 	if cfg.cpInterval == 0 {
 		cfg.cpInterval = 10 * time.Millisecond
 	}
-	store, err := ledger.Open(t.TempDir(), signer, verifier, ledger.WithCheckpointInterval(cfg.cpInterval), ledger.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := store.Close(); err != nil {
-			t.Errorf("close store: %v", err)
-		}
-	})
+	store, key := ledgertest.OpenKey(t, ledgertest.WithKeyName(testKeyName),
+		ledgertest.WithLedger(ledger.WithCheckpointInterval(cfg.cpInterval)))
+	verifier, vkey := key.Verifier, key.VKey
 	for _, name := range cfg.logs {
 		if _, err := store.CreateLog(name); err != nil {
 			t.Fatal(err)

@@ -2,7 +2,6 @@ package checkers_test
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/binary"
 	"fmt"
 	"log/slog"
@@ -14,6 +13,7 @@ import (
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/auditd/auditd/checkers"
+	"github.com/auditd/auditd/internal/ledgertest"
 	"github.com/auditd/auditd/ledger"
 )
 
@@ -24,20 +24,16 @@ type testKey struct {
 }
 
 func newKey(t testing.TB) testKey {
+	k := ledgertest.NewKey(t, "checkers.example")
+	return testKey{k.Signer, k.Verifier, k.VKey}
+}
+
+// open opens (or reopens) the store in dir signed by k, closed when the
+// test ends.
+func (k testKey) open(t testing.TB, dir string, opts ...ledger.Option) *ledger.Store {
 	t.Helper()
-	skey, vkey, err := note.GenerateKey(rand.Reader, "checkers.example")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := note.NewSigner(skey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := note.NewVerifier(vkey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return testKey{s, v, vkey}
+	return ledgertest.Open(t, ledgertest.WithDir(dir),
+		ledgertest.WithKey(ledgertest.Key{Signer: k.signer, Verifier: k.verifier, VKey: k.vkey}), ledgertest.WithLedger(opts...))
 }
 
 func quiet() ledger.Option { return ledger.WithLogger(slog.New(slog.DiscardHandler)) }

@@ -2,7 +2,6 @@ package checkers
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"log/slog"
 	"strings"
@@ -12,8 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"golang.org/x/mod/sumdb/note"
 
+	"github.com/auditd/auditd/internal/ledgertest"
 	"github.com/auditd/auditd/ledger"
 )
 
@@ -65,27 +64,17 @@ var quiet = slog.New(slog.DiscardHandler)
 // testStore opens a ledger in dir (a fresh one if dir is "") with a fixed key
 // per test.
 type testStore struct {
-	t        *testing.T
-	dir      string
-	signer   note.Signer
-	verifier note.Verifier
+	t   *testing.T
+	dir string
+	key ledgertest.Key
 }
 
 func newTestStore(t *testing.T) *testStore {
-	skey, vkey, err := note.GenerateKey(rand.Reader, "checkers-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, _ := note.NewSigner(skey)
-	v, _ := note.NewVerifier(vkey)
-	return &testStore{t: t, dir: t.TempDir(), signer: s, verifier: v}
+	return &testStore{t: t, dir: t.TempDir(), key: ledgertest.NewKey(t, "checkers-test")}
 }
 
 func (ts *testStore) open() (*ledger.Store, *ledger.Bucket) {
-	st, err := ledger.Open(ts.dir, ts.signer, ts.verifier, ledger.WithLogger(quiet))
-	if err != nil {
-		ts.t.Fatal(err)
-	}
+	st := ledgertest.Open(ts.t, ledgertest.WithDir(ts.dir), ledgertest.WithKey(ts.key))
 	b, err := st.Bucket("checks")
 	if err != nil {
 		ts.t.Fatal(err)
@@ -159,6 +148,7 @@ func value(m *dto.Metric) float64 {
 }
 
 func TestNextStartBounds(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 	s := Schedule{Interval: time.Hour, Jitter: 10 * time.Minute}
 	cases := []struct {
@@ -197,6 +187,7 @@ func TestNextStartBounds(t *testing.T) {
 // fire early, so this holds on a loaded machine), keep coming, and each
 // draws its jitter.
 func TestRunnerSchedule(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var starts []time.Time // the recorded starts of the passes, from OnPass
 	c := &fakeChecker{name: "tick", run: func(ctx context.Context, p Progress) error { return p.Checked(ctx, 1) }}
@@ -246,19 +237,41 @@ func TestRunnerSchedule(t *testing.T) {
 
 // TestRunnerUnscheduled: interval 0 runs only on demand.
 func TestRunnerUnscheduled(t *testing.T) {
+	t.Parallel()
 	ran := make(chan struct{}, 10)
 	c := &fakeChecker{name: "manual", run: func(ctx context.Context, p Progress) error { ran <- struct{}{}; return nil }}
-	r := NewRunner(&memKV{}, Options{Logger: quiet})
+	// A scheduled checker beside it is the clock of this test: while it
+	// completes passes, the Runner's loops are running.
+	ticks := make(chan struct{}, 100)
+	tick := &fakeChecker{name: "tick"}
+	r := NewRunner(&memKV{}, Options{Logger: quiet, OnPass: func(pr PassResult) {
+		if pr.Checker == "tick" {
+			select {
+			case ticks <- struct{}{}:
+			default:
+			}
+		}
+	}})
 	if err := r.Register(c, Schedule{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Register(tick, Schedule{Interval: time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); r.Run(ctx) }()
+	for i := 0; i < 3; i++ {
+		select {
+		case <-ticks:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the scheduled checker did not run")
+		}
+	}
 	select {
 	case <-ran:
 		t.Fatal("an unscheduled checker ran without being asked")
-	case <-time.After(100 * time.Millisecond):
+	default:
 	}
 	if err := r.Trigger("manual"); err != nil {
 		t.Fatal(err)
@@ -281,6 +294,7 @@ func TestRunnerUnscheduled(t *testing.T) {
 // once; unthrottled it never waits; a checker slower than the rate is not
 // slowed further.
 func TestThrottle(t *testing.T) {
+	t.Parallel()
 	const n, rate = 10_000, 1000.0
 	want := time.Duration((n - rate/10) / rate * float64(time.Second)) // 9.9s
 	cases := []struct {
@@ -382,6 +396,7 @@ func TestThrottle(t *testing.T) {
 // count and error survive a reopen of the store, and the gauges are set
 // from them before any new pass.
 func TestFindingsPersist(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	st, kv := ts.open()
 	clock := newFakeClock()
@@ -444,6 +459,7 @@ func TestFindingsPersist(t *testing.T) {
 // TestMetrics follows the metrics over a pass with findings, a clean pass
 // and a failed one.
 func TestMetrics(t *testing.T) {
+	t.Parallel()
 	clock := newFakeClock()
 	var mode string
 	c := &fakeChecker{name: "audit", run: func(ctx context.Context, p Progress) error {
@@ -534,6 +550,7 @@ func TestMetrics(t *testing.T) {
 // log and kind, and whether it completed; MaxFindings bounds the list but
 // not the counts.
 func TestOnPass(t *testing.T) {
+	t.Parallel()
 	var got []PassResult
 	many := 0
 	fail := false
@@ -577,6 +594,7 @@ func TestOnPass(t *testing.T) {
 // keeps the last completed pass's findings, and takes nothing down; its
 // error is not a finding.
 func TestCheckerError(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	_, kv := ts.open()
 	var mode string
@@ -625,6 +643,7 @@ func TestCheckerError(t *testing.T) {
 // progress promptly; the stopped pass is counted as canceled but not
 // recorded, so the last record stays the last real pass.
 func TestStopDuringPass(t *testing.T) {
+	t.Parallel()
 	started := make(chan struct{})
 	c := &fakeChecker{name: "slow", run: func(ctx context.Context, p Progress) error {
 		close(started)
@@ -669,6 +688,7 @@ func TestStopDuringPass(t *testing.T) {
 }
 
 func TestRegisterErrors(t *testing.T) {
+	t.Parallel()
 	r := NewRunner(&memKV{}, Options{Logger: quiet})
 	if err := r.Register(&fakeChecker{name: "a"}, Schedule{}); err != nil {
 		t.Fatal(err)

@@ -2,12 +2,10 @@ package checkers
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"sort"
 
-	"github.com/transparency-dev/merkle/compact"
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/auditd/auditd/ledger"
@@ -72,22 +70,12 @@ func (s *Scrub) RunLog(ctx context.Context, name string, p Progress) error {
 		return fmt.Errorf("scrub: %s: %w", name, err)
 	}
 	defer ls.Close()
-	w := &logScrub{ctx: ctx, p: p, src: ls, log: name, size: ls.Size(), rng: rangeFactory.NewEmptyRange(0)}
+	w := &logScrub{ctx: ctx, p: p, src: ls, log: name, size: ls.Size(), rng: merkle.NewRange()}
 	if err := w.run(s.v); err != nil {
 		return fmt.Errorf("scrub: %s: %w", name, err)
 	}
 	return nil
 }
-
-// rangeFactory hashes interior nodes with one allocation each.
-var rangeFactory = &compact.RangeFactory{Hash: func(left, right []byte) []byte {
-	var b [1 + 2*merkle.HashSize]byte
-	b[0] = 1
-	copy(b[1:], left)
-	copy(b[1+merkle.HashSize:], right)
-	h := sha256.Sum256(b[:])
-	return h[:]
-}}
 
 type cpRoot struct {
 	size uint64
@@ -103,7 +91,7 @@ type logScrub struct {
 	size uint64
 	err  error // a source failure that stops the pass
 
-	rng *compact.Range
+	rng *merkle.Range
 	// levels[t] holds the rebuilt hashes of the current tile at tile level
 	// t: base (tree level 8t) and mid (8t+4).
 	levels []*tileBuf
@@ -280,7 +268,7 @@ func (w *logScrub) flushTile0() {
 		w.foldTile(n, chosen)
 	} else {
 		for i := range chosen {
-			if err := w.rng.Append(chosen[i][:], w.visit); err != nil {
+			if err := w.rng.Append(chosen[i], w.visit); err != nil {
 				w.err = err
 				return
 			}
@@ -323,12 +311,7 @@ func (w *logScrub) foldTile(n uint64, leaves []merkle.Hash) {
 		}
 	}
 	root := buf[0]
-	w.visit(compact.NewNodeID(tileHeight, n), root[:])
-	other, err := rangeFactory.NewRange(n*tileWidth, (n+1)*tileWidth, [][]byte{root[:]})
-	if err == nil {
-		err = w.rng.AppendRange(other, w.visit)
-	}
-	if err != nil {
+	if err := w.rng.AppendSubtree(tileHeight, root, w.visit); err != nil {
 		w.err = err
 		return
 	}
@@ -344,7 +327,7 @@ func (w *logScrub) level(t int) *tileBuf {
 
 // visit collects the rebuilt hashes that tiles store and checks each tile
 // above level 0 as it completes.
-func (w *logScrub) visit(id compact.NodeID, h []byte) {
+func (w *logScrub) visit(id merkle.NodeID, hash merkle.Hash) {
 	sub := id.Level % tileHeight
 	if sub != 0 && sub != midLevel {
 		return
@@ -354,8 +337,6 @@ func (w *logScrub) visit(id compact.NodeID, h []byte) {
 		return // leaves: checked before folding
 	}
 	b := w.level(t)
-	var hash merkle.Hash
-	copy(hash[:], h)
 	if sub == 0 {
 		b.n = id.Index / tileWidth
 		b.base = append(b.base, hash)
@@ -380,14 +361,14 @@ func (w *logScrub) finish() {
 	if w.size == 0 || w.hasUnknownBelow(w.size) {
 		return
 	}
-	root, err := w.rng.GetRootHash(nil)
+	root, err := w.rng.Root()
 	if err != nil {
 		w.err = err
 		return
 	}
-	if got := w.src.Root(); merkle.Hash(root) != got {
+	if got := w.src.Root(); root != got {
 		w.found(Finding{Kind: ledger.IntegrityRootMismatch, Detail: fmt.Sprintf(
-			"the log records root %s for size %d; its entries give %s", got, w.size, merkle.Hash(root))})
+			"the log records root %s for size %d; its entries give %s", got, w.size, root)})
 	}
 }
 
@@ -477,14 +458,10 @@ func (w *logScrub) checkRoots() {
 		if c.size != end || w.hasUnknownBelow(end) {
 			continue
 		}
-		root := merkle.EmptyRoot()
-		if end > 0 {
-			r, err := w.rng.GetRootHash(nil)
-			if err != nil {
-				w.err = err
-				return
-			}
-			root = merkle.Hash(r)
+		root, err := w.rng.Root()
+		if err != nil {
+			w.err = err
+			return
 		}
 		if root != c.root {
 			w.found(Finding{Checkpoint: At(c.size), Kind: ledger.IntegrityRootMismatch, Detail: fmt.Sprintf(

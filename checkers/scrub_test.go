@@ -39,10 +39,7 @@ func smallStore(t *testing.T) (string, testKey) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		st, err := ledger.Open(dir, smallKey.signer, smallKey.verifier, quiet(), ledger.WithCheckpointInterval(0))
-		if err != nil {
-			t.Fatal(err)
-		}
+		st := smallKey.open(t, dir, ledger.WithCheckpointInterval(0))
 		fillLog(t, st, "pay", smallTotal, smallBatch, 64)
 		fillLog(t, st, "other", 300, 100, 16)
 		if err := st.Close(); err != nil {
@@ -78,6 +75,7 @@ func describe(fs []checkers.Finding) []string {
 }
 
 func TestScrubClean(t *testing.T) {
+	t.Parallel()
 	dir, k := smallStore(t)
 	c := checkRaw(t, dir, k.verifier)
 	if len(c.findings) != 0 {
@@ -87,11 +85,7 @@ func TestScrubClean(t *testing.T) {
 		t.Errorf("checked %d entries, want %d", c.entries, smallTotal+300)
 	}
 	// And on the live store, over a snapshot.
-	st, err := ledger.Open(dir, k.signer, k.verifier, quiet())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := k.open(t, dir)
 	if c := checkAll(t, checkers.StoreSource(st), k.verifier); len(c.findings) != 0 {
 		t.Fatalf("live store: findings %v", c.findings)
 	}
@@ -100,6 +94,7 @@ func TestScrubClean(t *testing.T) {
 // TestScrubFaults corrupts one stored value per case and checks that the
 // scrub and the audit report exactly it.
 func TestScrubFaults(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name  string
 		edit  func(t *testing.T, db *pebble.DB, id uint32)
@@ -169,6 +164,7 @@ func TestScrubFaults(t *testing.T) {
 // own key (a signer who lied once): the signature verifies, so only the
 // tree can tell, and both checkers do.
 func TestScrubResignedCheckpoint(t *testing.T) {
+	t.Parallel()
 	dir, k := smallStore(t)
 	editPebble(t, dir, func(db *pebble.DB, id uint32) {
 		cp := merkle.Checkpoint{Origin: k.verifier.Name() + "/pay", Size: 2000, Root: merkle.LeafHash([]byte("forged"))}
@@ -189,6 +185,7 @@ func TestScrubResignedCheckpoint(t *testing.T) {
 
 // TestScrubCancel stops a pass when Checked reports the end of its context.
 func TestScrubCancel(t *testing.T) {
+	t.Parallel()
 	dir, k := smallStore(t)
 	rs, err := ledger.OpenRaw(dir, quiet())
 	if err != nil {
@@ -220,11 +217,7 @@ func (c *cancelAfter) Found(checkers.Finding) {}
 // one snapshot, so a growing log is never reported.
 func TestScrubLive(t *testing.T) {
 	k := newKey(t)
-	st, err := ledger.Open(t.TempDir(), k.signer, k.verifier, quiet(), ledger.WithCheckpointInterval(time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := k.open(t, t.TempDir(), ledger.WithCheckpointInterval(time.Millisecond))
 	fillLog(t, st, "pay", 1000, 250, 40)
 	l, _ := st.Log("pay")
 	ctx, cancel := context.WithCancel(context.Background())

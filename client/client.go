@@ -39,18 +39,39 @@ type Client struct {
 	token    string
 }
 
+// Option configures a Client.
+type Option func(*Client)
+
+// WithToken sends a bearer token, for servers whose reads are protected.
+func WithToken(t string) Option { return func(c *Client) { c.token = t } }
+
+// WithHTTPClient sends requests through h instead of the client's own (a
+// 30-second timeout, up to 32 idle connections to the server).
+func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h } }
+
 // New returns a client for the server at base (for example
 // "http://127.0.0.1:8080"), checking checkpoints with v.
-func New(base string, v note.Verifier) *Client {
-	// Remote verification keeps several page and proof requests in flight
-	// per log; the default transport keeps only 2 idle connections per
-	// host and would open and close the rest each time.
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConnsPerHost = 32
-	return &Client{base: strings.TrimRight(base, "/"), http: &http.Client{Timeout: 30 * time.Second, Transport: t}, verifier: v}
+func New(base string, v note.Verifier, opts ...Option) *Client {
+	c := &Client{base: strings.TrimRight(base, "/"), verifier: v}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.http == nil {
+		// Remote verification keeps several page and proof requests in
+		// flight per log; the default transport keeps only 2 idle
+		// connections per host and would open and close the rest each
+		// time.
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = 32
+		c.http = &http.Client{Timeout: 30 * time.Second, Transport: t}
+	}
+	return c
 }
 
 // WithToken sets a bearer token for servers whose reads are protected.
+//
+// Deprecated: pass the WithToken option to New; a client is not changed
+// after it is made.
 func (c *Client) WithToken(t string) *Client { c.token = t; return c }
 
 // Origin returns the checkpoint origin of log under the client's key.

@@ -221,6 +221,7 @@ func violations(s *Store, kind string) float64 {
 // an integrity error, counted and handed to the handler, while the other
 // entries read fine.
 func TestIntegrityEntryMissingInIndexedChunk(t *testing.T) {
+	t.Parallel()
 	n := indexChunk + 300
 	base := newFaultBase(t, n, 4096)
 	const lost = 1000
@@ -307,6 +308,7 @@ func TestIntegrityEntryMissingInIndexedChunk(t *testing.T) {
 // open, and the log opens and answers the integrity error for that entry
 // only.
 func TestIntegrityOpenTail(t *testing.T) {
+	t.Parallel()
 	const n, tail = 1100, 700
 	base := newFaultBase(t, n, 300)
 	for _, c := range []struct {
@@ -357,6 +359,7 @@ func TestIntegrityOpenTail(t *testing.T) {
 // flipped payload byte was served with a recomputed leaf hash that differs
 // from the tree's, and a flipped tile hash gave wrong proofs.
 func TestIntegrityStoredData(t *testing.T) {
+	t.Parallel()
 	const n = 1100 // tiles 0/0..0/3 full, 0/4 partial
 	base := newFaultBase(t, n, 300)
 	scan := func(l *Log, from, to uint64) error {
@@ -473,6 +476,7 @@ func TestIntegrityStoredData(t *testing.T) {
 // TestIntegrityCleanStore reads a sound store every way, across tile (256)
 // and read batch (1,024) boundaries, and requires no alarm.
 func TestIntegrityCleanStore(t *testing.T) {
+	t.Parallel()
 	const n = 2100
 	base := newFaultBase(t, n, 333)
 	s, l, rec := base.mustFault(t, nil)

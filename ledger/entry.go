@@ -209,72 +209,11 @@ func decodeStoredAs(log string, index uint64, b []byte, leaf bool) (*Record, err
 	if f&^sKnown != 0 {
 		return nil, errStored
 	}
-	b = b[1:]
-	str := func() ([]byte, bool) {
-		n, k := binary.Uvarint(b)
-		if k <= 0 || uint64(len(b)-k) < n {
-			return nil, false
-		}
-		v := b[k : k+int(n)]
-		b = b[k+int(n):]
-		return v, true
-	}
-	uv := func() (uint64, bool) {
-		v, k := binary.Uvarint(b)
-		if k <= 0 {
-			return 0, false
-		}
-		b = b[k:]
-		return v, true
-	}
-	id, ok := str()
-	if !ok {
+	sr := storedReader{b: b[1:]}
+	if !sr.fields(f, l) {
 		return nil, errStored
 	}
-	l.ID = string(id)
-	if f&sKey != 0 {
-		k, ok := str()
-		if !ok {
-			return nil, errStored
-		}
-		l.HasKey, l.Key = true, append([]byte{}, k...)
-	}
-	if len(b) < 8 {
-		return nil, errStored
-	}
-	l.Time = int64(binary.BigEndian.Uint64(b))
-	b = b[8:]
-	l.TimeAssigned = f&sTimeAssigned != 0
-	if f&sSource != 0 {
-		t, ok1 := str()
-		p, ok2 := uv()
-		o, ok3 := uv()
-		if !ok1 || !ok2 || !ok3 {
-			return nil, errStored
-		}
-		l.Source = &merkle.Source{Topic: string(t), Partition: int32(uint32(p)), Offset: int64(o)}
-	}
-	if f&sHeaders != 0 {
-		n, ok := uv()
-		if !ok || n == 0 || n > merkle.MaxHeaders {
-			return nil, errStored
-		}
-		l.Headers = make([]merkle.Header, n)
-		for i := range l.Headers {
-			k, ok1 := str()
-			v, ok2 := str()
-			if !ok1 || !ok2 {
-				return nil, errStored
-			}
-			l.Headers[i] = merkle.Header{Key: string(k), Value: append([]byte{}, v...)}
-		}
-	}
-	if f&sMarks != 0 {
-		if len(b) < 1 {
-			return nil, errStored
-		}
-		l.Marks, b = b[0], b[1:]
-	}
+	b = sr.b
 	r.PayloadJSON = f&sPayloadJSON != 0
 	if f&sPruned != 0 {
 		if len(b) != merkle.HashSize {
@@ -299,4 +238,87 @@ func decodeStoredAs(log string, index uint64, b []byte, leaf bool) (*Record, err
 	r.LeafBytes = lb
 	r.LeafHash = merkle.LeafHash(lb)
 	return r, nil
+}
+
+// storedReader reads the fields of a stored entry value in order.
+type storedReader struct{ b []byte }
+
+// str reads a uvarint-length-prefixed byte string (aliasing the value).
+func (sr *storedReader) str() ([]byte, bool) {
+	n, k := binary.Uvarint(sr.b)
+	if k <= 0 || uint64(len(sr.b)-k) < n {
+		return nil, false
+	}
+	v := sr.b[k : k+int(n)]
+	sr.b = sr.b[k+int(n):]
+	return v, true
+}
+
+func (sr *storedReader) uv() (uint64, bool) {
+	v, k := binary.Uvarint(sr.b)
+	if k <= 0 {
+		return 0, false
+	}
+	sr.b = sr.b[k:]
+	return v, true
+}
+
+// fields decodes what comes before the payload, as flags f say, into l:
+// id, key, time, source, headers, marks. It reports false on malformed
+// input; what is left in sr.b is the payload (or its hash).
+func (sr *storedReader) fields(f byte, l *merkle.Leaf) bool {
+	id, ok := sr.str()
+	if !ok {
+		return false
+	}
+	l.ID = string(id)
+	if f&sKey != 0 {
+		k, ok := sr.str()
+		if !ok {
+			return false
+		}
+		l.HasKey, l.Key = true, append([]byte{}, k...)
+	}
+	if len(sr.b) < 8 {
+		return false
+	}
+	l.Time = int64(binary.BigEndian.Uint64(sr.b))
+	sr.b = sr.b[8:]
+	l.TimeAssigned = f&sTimeAssigned != 0
+	if f&sSource != 0 {
+		t, ok1 := sr.str()
+		p, ok2 := sr.uv()
+		o, ok3 := sr.uv()
+		if !ok1 || !ok2 || !ok3 {
+			return false
+		}
+		l.Source = &merkle.Source{Topic: string(t), Partition: int32(uint32(p)), Offset: int64(o)}
+	}
+	if f&sHeaders != 0 && !sr.headers(l) {
+		return false
+	}
+	if f&sMarks != 0 {
+		if len(sr.b) < 1 {
+			return false
+		}
+		l.Marks, sr.b = sr.b[0], sr.b[1:]
+	}
+	return true
+}
+
+func (sr *storedReader) headers(l *merkle.Leaf) bool {
+	n, ok := sr.uv()
+	if !ok || n == 0 || n > merkle.MaxHeaders {
+		return false
+	}
+	l.Headers = make([]merkle.Header, n)
+	for i := range l.Headers {
+		k, ok1 := sr.str()
+		v, ok2 := sr.str()
+		if !ok1 || !ok2 {
+			return false
+		}
+		l.Headers[i] = merkle.Header{Key: string(k), Value: append([]byte{}, v...)}
+	}
+	return true
 }

@@ -182,6 +182,7 @@ func FuzzDecodeTile(f *testing.F) {
 // TestDecodeTileWidths checks decodeTile on every width a tile can have,
 // and rejects every other count of hashes up to a full tile and beyond.
 func TestDecodeTileWidths(t *testing.T) {
+	t.Parallel()
 	valid := map[int]int{} // hashes -> width
 	for w := 0; w <= tileWidth; w++ {
 		valid[w+w/midStride] = w

@@ -8,6 +8,7 @@ import (
 // The filter never forgets a key it was given, across layer growth, and
 // says "maybe" for few absent keys.
 func TestIDFilter(t *testing.T) {
+	t.Parallel()
 	var f idFilter
 	const n = 600_000 // crosses the first two layers
 	for i := 0; i < n; i++ {

@@ -8,7 +8,6 @@ package ledger_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
@@ -24,45 +23,21 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/auditd/auditd/checkers"
+	"github.com/auditd/auditd/internal/ledgertest"
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/merkle"
 )
 
 const indepKeyName = "independent.example"
 
-// indepKeys is a signer and verifier of one fresh Ed25519 key.
-type indepKeys struct {
-	signer   note.Signer
-	verifier note.Verifier
-}
-
-func newIndepKeys(t testing.TB) indepKeys {
-	t.Helper()
-	skey, vkey, err := note.GenerateKey(rand.Reader, indepKeyName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := note.NewSigner(skey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := note.NewVerifier(vkey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return indepKeys{s, v}
-}
+// newIndepKeys makes a fresh Ed25519 key.
+func newIndepKeys(t testing.TB) ledgertest.Key { return ledgertest.NewKey(t, indepKeyName) }
 
 // openIndep opens the store in dir; it is closed when the test ends unless
 // the caller closes it first.
-func openIndep(t testing.TB, dir string, k indepKeys, opts ...ledger.Option) *ledger.Store {
+func openIndep(t testing.TB, dir string, k ledgertest.Key, opts ...ledger.Option) *ledger.Store {
 	t.Helper()
-	st, err := ledger.Open(dir, k.signer, k.verifier, opts...)
-	if err != nil {
-		t.Fatalf("open %s: %v", dir, err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
+	return ledgertest.Open(t, ledgertest.WithDir(dir), ledgertest.WithKey(k), ledgertest.WithLedger(opts...))
 }
 
 // indepEntry returns the i'th test entry. The entries vary every optional
@@ -311,6 +286,7 @@ func checkCheckpoints(t testing.TB, l *ledger.Log, tl *tlogLog, v note.Verifier)
 }
 
 func TestIndependentVerification(t *testing.T) {
+	t.Parallel()
 	const total = 300
 	k := newIndepKeys(t)
 	// Interval 0: a checkpoint after every group commit, so there are many
@@ -367,7 +343,7 @@ func TestIndependentVerification(t *testing.T) {
 		}
 	}
 	checkTiles(t, l, tl, total)
-	cps := checkCheckpoints(t, l, tl, k.verifier)
+	cps := checkCheckpoints(t, l, tl, k.Verifier)
 	for _, cp := range cps {
 		// Checkpoints are signed only over whole group commits.
 		if !boundaries[cp.Size] {
@@ -379,7 +355,7 @@ func TestIndependentVerification(t *testing.T) {
 	}
 	t.Logf("%d checkpoints verified", len(cps))
 	// auditd's own scrub and checkpoint audit agree with tlog: clean.
-	scrubClean(t, st, k.verifier, total)
+	scrubClean(t, st, k.Verifier, total)
 
 	// The indexes find every entry by its id and its leaf hash.
 	for i := uint64(0); i < total; i++ {
@@ -413,6 +389,7 @@ func TestIndependentVerification(t *testing.T) {
 // partial tiles (with and without complete level-4 nodes) at every tile
 // level, appends more after each reopen, and checks the tree against tlog.
 func TestIndependentReopen(t *testing.T) {
+	t.Parallel()
 	k := newIndepKeys(t)
 	dir := t.TempDir()
 	stops := []uint64{1, 16, 17, 255, 256, 257, 300, 4111, 4112}
@@ -422,7 +399,7 @@ func TestIndependentReopen(t *testing.T) {
 	want := func(i uint64) (ledger.Entry, string) { return indepEntry(int(i)), ids[i] }
 	var size uint64
 	for _, stop := range stops {
-		st, err := ledger.Open(dir, k.signer, k.verifier)
+		st, err := ledger.Open(dir, k.Signer, k.Verifier)
 		if err != nil {
 			t.Fatalf("open at size %d: %v", size, err)
 		}
@@ -460,7 +437,7 @@ func TestIndependentReopen(t *testing.T) {
 		if _, err := l.WaitCheckpoint(ctx, size); err != nil {
 			t.Fatal(err)
 		}
-		scrubClean(t, st, k.verifier, int(size))
+		scrubClean(t, st, k.Verifier, int(size))
 		// Every leaf in the new tree, and the new tree against every size
 		// it extends.
 		for i := uint64(0); i < size; i++ {
@@ -478,7 +455,7 @@ func TestIndependentReopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkCheckpoints(t, l, tl, k.verifier)
+	checkCheckpoints(t, l, tl, k.Verifier)
 	// Proofs between the sizes where the store was closed.
 	for i, to := range stops {
 		for _, from := range stops[:i+1] {
@@ -496,6 +473,7 @@ func TestIndependentReopen(t *testing.T) {
 // hashes in storage must still give the root the writer committed, and the
 // store must open again.
 func TestReopenPartialTileKeepsMidHashes(t *testing.T) {
+	t.Parallel()
 	k := newIndepKeys(t)
 	dir := t.TempDir()
 	ctx := context.Background()
@@ -503,7 +481,7 @@ func TestReopenPartialTileKeepsMidHashes(t *testing.T) {
 	ids := map[uint64]string{}
 	want := func(i uint64) (ledger.Entry, string) { return indepEntry(int(i)), ids[i] }
 	for _, stop := range []uint64{16, 17, 18} {
-		st, err := ledger.Open(dir, k.signer, k.verifier)
+		st, err := ledger.Open(dir, k.Signer, k.Verifier)
 		if err != nil {
 			t.Fatalf("reopen before growing to %d: %v", stop, err)
 		}
@@ -643,7 +621,7 @@ func TestIndependentLarge(t *testing.T) {
 	if _, err := l.Tile(2, 0, 1); err != nil {
 		t.Errorf("no tile at tile level 2: %v", err)
 	}
-	cps := checkCheckpoints(t, l, tl, k.verifier)
+	cps := checkCheckpoints(t, l, tl, k.Verifier)
 	t.Logf("%d checkpoints verified", len(cps))
 }
 

@@ -85,6 +85,7 @@ func checkRecord(t *testing.T, log string, idx uint64, rec *Record, e Entry, not
 }
 
 func TestAppendAssignsConsecutiveIndexes(t *testing.T) {
+	t.Parallel()
 	s, _ := newTestStore(t)
 	l := mustCreateLog(t, s, "orders")
 	first := []Entry{
@@ -130,6 +131,7 @@ func TestAppendAssignsConsecutiveIndexes(t *testing.T) {
 }
 
 func TestAppendIdempotent(t *testing.T) {
+	t.Parallel()
 	full := Entry{ID: "x", HasKey: true, Key: []byte("k"), Time: t0, Source: &merkle.Source{Topic: "t", Partition: 2, Offset: 9}, Payload: []byte("p")}
 
 	t.Run("across requests", func(t *testing.T) {
@@ -191,12 +193,16 @@ func TestAppendIdempotent(t *testing.T) {
 	})
 
 	t.Run("assigned time", func(t *testing.T) {
-		s, _ := newTestStore(t)
+		clk := &stepClock{now: t0}
+		s, _ := newTestStore(t, WithClock(clk.Now))
 		l := mustCreateLog(t, s, "a")
 		e := Entry{ID: "stamped", HasKey: true, Key: []byte("k"), Payload: []byte("p")}
 		r1 := mustAppend(t, l, e)
 		stamped := mustEntry(t, l, 0).Leaf.Time
-		time.Sleep(2 * time.Millisecond) // a new arrival time would differ
+		if stamped != t0.UnixNano() {
+			t.Fatalf("arrival time %d, want the store clock's %d", stamped, t0.UnixNano())
+		}
+		clk.Add(time.Second) // a new arrival time would differ
 		r2 := mustAppend(t, l, e)
 		if a := r2.Entries[0]; !a.Duplicate || a.Index != 0 || a.LeafHash != r1.Entries[0].LeafHash {
 			t.Errorf("retry of an entry without time = %+v, want duplicate of entry 0", a)
@@ -210,7 +216,8 @@ func TestAppendIdempotent(t *testing.T) {
 	})
 
 	t.Run("derived id", func(t *testing.T) {
-		s, _ := newTestStore(t)
+		clk := &stepClock{now: t0}
+		s, _ := newTestStore(t, WithClock(clk.Now))
 		l := mustCreateLog(t, s, "a")
 		e := Entry{HasKey: true, Key: []byte("k"), Source: &merkle.Source{Topic: "t", Offset: 5}, Payload: []byte("no id")}
 		other := Entry{Payload: []byte("no id either")}
@@ -225,7 +232,7 @@ func TestAppendIdempotent(t *testing.T) {
 		if rec, err := l.EntryByID(want); err != nil || rec.Index != 0 || rec.Leaf.ID != want {
 			t.Errorf("EntryByID(derived) = %v, %v", rec, err)
 		}
-		time.Sleep(2 * time.Millisecond)
+		clk.Add(time.Second) // a new arrival time would differ
 		r2 := mustAppend(t, l, e)
 		if a := r2.Entries[0]; !a.Duplicate || a.Index != 0 || a.ID != want {
 			t.Errorf("retry = %+v, want duplicate of entry 0 with id %q", a, want)
@@ -237,6 +244,7 @@ func TestAppendIdempotent(t *testing.T) {
 }
 
 func TestAppendConflict(t *testing.T) {
+	t.Parallel()
 	base := Entry{ID: "c", HasKey: true, Key: []byte("k"), Time: t0, Source: &merkle.Source{Topic: "t", Partition: 1, Offset: 7}, Payload: []byte("p")}
 	with := func(f func(e *Entry)) Entry {
 		e := base
@@ -368,6 +376,7 @@ func TestAppendConflict(t *testing.T) {
 }
 
 func TestAppendInvalid(t *testing.T) {
+	t.Parallel()
 	s, _ := newTestStore(t)
 	l := mustCreateLog(t, s, "v")
 	ctx := testCtx(t, 10*time.Second)
@@ -396,6 +405,7 @@ func TestAppendInvalid(t *testing.T) {
 }
 
 func TestLedgerLogNames(t *testing.T) {
+	t.Parallel()
 	s, _ := newTestStore(t)
 	for _, name := range []string{"", "a/b", "../x", ".", "..", ".hidden", "-x", "_x", "a b", "a\nb", "é", strings.Repeat("a", 129), strings.Repeat("a", 200)} {
 		if l, err := s.CreateLog(name); !errors.Is(err, ErrLogName) {
@@ -426,6 +436,7 @@ func TestLedgerLogNames(t *testing.T) {
 }
 
 func TestLedgerRange(t *testing.T) {
+	t.Parallel()
 	s, _ := newTestStore(t)
 	empty := mustCreateLog(t, s, "empty")
 	if _, err := empty.Entry(0); !errors.Is(err, ErrRange) {
@@ -510,6 +521,7 @@ func TestLedgerRange(t *testing.T) {
 }
 
 func TestLedgerWaitCheckpoint(t *testing.T) {
+	t.Parallel()
 	t.Run("covers size", func(t *testing.T) {
 		s, v := newTestStore(t)
 		l := mustCreateLog(t, s, "w")
@@ -606,6 +618,7 @@ func reopenEntry(i int) Entry {
 }
 
 func TestReopenPreservesState(t *testing.T) {
+	t.Parallel()
 	s, v := newTestStore(t)
 	l := mustCreateLog(t, s, "r")
 	other := mustCreateLog(t, s, "other")
@@ -855,6 +868,7 @@ func sampleLeaf(i, size int) bool {
 }
 
 func TestLedgerCheckpointHistory(t *testing.T) {
+	t.Parallel()
 	s, v := newTestStore(t, WithCheckpointInterval(time.Millisecond))
 	l := mustCreateLog(t, s, "h")
 	var sizes []uint64
@@ -930,6 +944,7 @@ func TestLedgerCheckpointHistory(t *testing.T) {
 }
 
 func TestAppendConcurrent(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		opts []Option
@@ -1038,6 +1053,7 @@ func TestAppendConcurrent(t *testing.T) {
 }
 
 func TestLedgerManyLogs(t *testing.T) {
+	t.Parallel()
 	s, _ := newTestStore(t)
 	names := []string{"zeta", "alpha", "m.1", "Beta", "m-0", "m_2", "9x", "alpha.0"}
 	for i, name := range names {
@@ -1092,6 +1108,7 @@ func indexOf(xs []string, x string) int {
 }
 
 func TestLedgerClose(t *testing.T) {
+	t.Parallel()
 	s, _ := newTestStore(t)
 	l := mustCreateLog(t, s, "c")
 	mustAppend(t, l, Entry{ID: "before"})
@@ -1124,6 +1141,7 @@ func TestLedgerClose(t *testing.T) {
 
 // A log from LogForAppend exists only once an append to it has succeeded.
 func TestLogForAppendCreatedByFirstCommit(t *testing.T) {
+	t.Parallel()
 	s, _ := newTestStore(t)
 	l, err := s.LogForAppend("lazy")
 	if err != nil {
@@ -1166,6 +1184,7 @@ func TestLogForAppendCreatedByFirstCommit(t *testing.T) {
 // A log whose tree grew past its last checkpoint before a crash is signed
 // on open, without waiting for another append.
 func TestReopenSignsUncoveredTree(t *testing.T) {
+	t.Parallel()
 	s, _ := newTestStore(t, WithCheckpointInterval(time.Hour))
 	l := mustCreateLog(t, s, "a")
 	mustAppend(t, l, Entry{ID: "1", Payload: []byte("1")})

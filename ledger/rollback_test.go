@@ -191,6 +191,7 @@ func wantRefused(t *testing.T, err error, log, kind string, want ...string) {
 // append signed a different checkpoint at the same size (a fork). Now Open
 // refuses, naming the log, both sizes and the remedy, again on every try.
 func TestRollbackRefusedAtOpen(t *testing.T) {
+	t.Parallel()
 	f := newRollbackFixture(t, 20, 1000)
 	left := f.truncateWAL(t)
 	top, topNote := f.last()
@@ -232,6 +233,7 @@ func TestRollbackRefusedAtOpen(t *testing.T) {
 // (not an integrity 500), nothing is signed, and the integrity handler is
 // told. Reopened without the opt-in it is refused again.
 func TestRollbackReadOnly(t *testing.T) {
+	t.Parallel()
 	f := newRollbackFixture(t, 10, 300) // a smaller loss than the regression test's, for -race
 	left := f.truncateWAL(t)
 	top, topNote := f.last()
@@ -363,6 +365,7 @@ func closeAndOpen(t *testing.T, s *Store, extra ...Option) (*Store, error) {
 // larger, but with other entries (its root at the file's size differs) is
 // refused as inconsistent; so is a different tree of the same size.
 func TestRollbackInconsistent(t *testing.T) {
+	t.Parallel()
 	for _, extra := range []int{0, 1, 600} {
 		t.Run(fmt.Sprint("larger by ", extra), func(t *testing.T) {
 			a, b := twoStores(t, WithCheckpointInterval(time.Millisecond))
@@ -404,6 +407,7 @@ func TestRollbackInconsistent(t *testing.T) {
 // (edited, garbage, empty, another key's, another log's) is refused with
 // a clear error, not ignored or overwritten.
 func TestCheckpointFileTampered(t *testing.T) {
+	t.Parallel()
 	a, b := twoStores(t, WithCheckpointInterval(time.Millisecond))
 	other, _ := newTestStore(t, WithCheckpointInterval(time.Millisecond)) // another key
 	for _, s := range []*Store{a, b, other} {
@@ -484,6 +488,7 @@ func reopenDir(t *testing.T, s *Store) *Store {
 // hold at all is refused; read-only, that log does not exist and cannot be
 // created (its first append would sign a fork at size 1).
 func TestCheckpointFileOrphan(t *testing.T) {
+	t.Parallel()
 	a, b := twoStores(t, WithCheckpointInterval(time.Millisecond))
 	l := mustCreateLog(t, a, "gone")
 	res := mustAppend(t, l, newEntries("g", 5)...)
@@ -530,6 +535,7 @@ func TestCheckpointFileOrphan(t *testing.T) {
 // files gets each log's file from its latest stored checkpoint at open,
 // logged; after that a loss is caught.
 func TestCheckpointFileCreatedForOldStore(t *testing.T) {
+	t.Parallel()
 	var logs bytes.Buffer
 	var mu sync.Mutex
 	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
@@ -581,6 +587,7 @@ func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 // already in its file (the file is never behind a published checkpoint),
 // with concurrent appends and a short interval.
 func TestCheckpointFileNeverBehind(t *testing.T) {
+	t.Parallel()
 	s, v := newTestStore(t, WithCheckpointInterval(time.Millisecond))
 	l := mustCreateLog(t, s, "f")
 	stop := make(chan struct{})
@@ -633,6 +640,7 @@ func TestCheckpointFileNeverBehind(t *testing.T) {
 // A file newer than the stored history (Pebble lost only the checkpoint
 // key) is published and stored again rather than signed anew.
 func TestCheckpointFileStoredCheckpointNewer(t *testing.T) {
+	t.Parallel()
 	f := newRollbackFixture(t, 3, 700)
 	// The file behind: as if the last file write never happened.
 	path := filepath.Join(f.cfg.dir, "checkpoints", f.log)
@@ -677,6 +685,7 @@ func TestCheckpointFileStoredCheckpointNewer(t *testing.T) {
 // or at its size with another root, whatever the caller: the log becomes
 // read-only and nothing is stored or published.
 func TestSignGuard(t *testing.T) {
+	t.Parallel()
 	s, _ := newTestStore(t)
 	for _, tc := range []struct {
 		name       string
@@ -718,6 +727,7 @@ func TestSignGuard(t *testing.T) {
 // directory; a loss is caught there too, and nothing is written inside the
 // store's directory.
 func TestCheckpointDirElsewhere(t *testing.T) {
+	t.Parallel()
 	cdir := filepath.Join(t.TempDir(), "cps", "nested")
 	f := newRollbackFixture(t, 10, 300, WithCheckpointDir(cdir))
 	if _, err := os.Stat(filepath.Join(f.cfg.dir, "checkpoints")); !errors.Is(err, os.ErrNotExist) {
@@ -738,6 +748,7 @@ func TestCheckpointDirElsewhere(t *testing.T) {
 // checkpoint directory are removed at open; files that cannot name a log
 // are ignored (with a warning), not taken for checkpoint files.
 func TestCheckpointFileLeftovers(t *testing.T) {
+	t.Parallel()
 	s, _ := newTestStore(t, WithCheckpointInterval(time.Millisecond))
 	l := mustCreateLog(t, s, "k")
 	res := mustAppend(t, l, newEntries("k", 10)...)

@@ -13,6 +13,7 @@ import (
 // Entries recomputes from it (across full and partial tiles, in separate
 // commits), the same fields and payload, and that ranges are checked.
 func TestScanEntries(t *testing.T) {
+	t.Parallel()
 	s, _ := newTestStore(t)
 	l, err := s.CreateLog("scan")
 	if err != nil {

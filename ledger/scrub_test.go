@@ -45,6 +45,7 @@ func FuzzScanLeafHash(f *testing.F) {
 // deleted and corrupted: each is reported in its slot and the others keep
 // their leaf hashes, which equal the tiles'.
 func TestRawLogScan(t *testing.T) {
+	t.Parallel()
 	s, _ := newTestStore(t, WithCheckpointInterval(0))
 	l, err := s.CreateLog("scan")
 	if err != nil {
@@ -139,6 +140,7 @@ func TestRawLogScan(t *testing.T) {
 // refuses, writes nothing (every file is as it was), and refuses a
 // directory without a store or one a Store holds.
 func TestOpenRaw(t *testing.T) {
+	t.Parallel()
 	s, _ := newTestStore(t, WithCheckpointInterval(0))
 	l, err := s.CreateLog("a")
 	if err != nil {
@@ -236,6 +238,7 @@ func snapshotDir(t *testing.T, dir string) map[string]string {
 // that crossed the bound), not scanBatchSize of them: 4 batches of 4,096
 // large payloads in flight once took a daemon's scrub past 1 GiB.
 func TestRawLogScanBoundsBatchBytes(t *testing.T) {
+	t.Parallel()
 	s, _ := newTestStore(t, WithCheckpointInterval(0))
 	l, err := s.CreateLog("big")
 	if err != nil {

@@ -83,6 +83,7 @@ type options struct {
 	onIntegrity        func(*IntegrityError)
 	checkpointDir      string
 	readOnlyOnRollback bool
+	now                func() time.Time
 }
 
 // Option configures a Store.
@@ -103,6 +104,12 @@ func WithBatchDelay(d time.Duration) Option { return func(o *options) { o.batchD
 
 // WithCacheSize sets Pebble's block cache size in bytes (default 128 MiB).
 func WithCacheSize(n int64) Option { return func(o *options) { o.cacheBytes = n } }
+
+// WithClock sets the clock that stamps the arrival time of entries that
+// carry no time of their own (default time.Now). The checkpoint interval,
+// batching delays and latency metrics measure elapsed time on the system's
+// monotonic clock, not on this one.
+func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
 
 // WithLogger sets the logger (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
@@ -141,12 +148,15 @@ func Open(dir string, signer note.Signer, v note.Verifier, opts ...Option) (*Sto
 	if signer == nil || v == nil || signer.Name() != v.Name() || signer.KeyHash() != v.KeyHash() {
 		return nil, errors.New("ledger: signer and verifier do not belong to one key")
 	}
-	o := options{checkpointInterval: 100 * time.Millisecond, maxBatch: 16384, cacheBytes: 128 << 20, logger: slog.Default()}
+	o := options{checkpointInterval: 100 * time.Millisecond, maxBatch: 16384, cacheBytes: 128 << 20, logger: slog.Default(), now: time.Now}
 	for _, f := range opts {
 		f(&o)
 	}
 	if o.maxBatch < 1 {
 		o.maxBatch = 1
+	}
+	if o.now == nil {
+		o.now = time.Now
 	}
 	// Pebble charges memtables to the block cache, so the cache is sized
 	// for both: cacheBytes for blocks plus up to two memtables.

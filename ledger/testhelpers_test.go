@@ -154,16 +154,14 @@ func rootOf(t testing.TB, leaves []merkle.Hash) merkle.Hash {
 	}
 	rng := merkle.NewRange()
 	for _, h := range leaves {
-		if err := rng.Append(h[:], nil); err != nil {
+		if err := rng.Append(h, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	b, err := rng.GetRootHash(nil)
+	r, err := rng.Root()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var r merkle.Hash
-	copy(r[:], b)
 	return r
 }
 
@@ -248,4 +246,22 @@ func metricValue(t testing.TB, s *Store, name string, labels ...string) float64 
 		}
 	}
 	return sum
+}
+
+// stepClock is a settable clock for WithClock.
+type stepClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *stepClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *stepClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
 }

@@ -29,6 +29,7 @@ func mustHex(t testing.TB, s string) []byte {
 }
 
 func TestLeafHashKnownValues(t *testing.T) {
+	t.Parallel()
 	// RFC 6962: the hash of the empty leaf is SHA-256(0x00), the empty tree
 	// hashes to SHA-256 of nothing.
 	emptyLeaf := mustHex(t, "6e340b9cffb37a989ca544e6bb780a2c78901d3fb33738768511a30617afa01d")
@@ -51,6 +52,7 @@ func TestLeafHashKnownValues(t *testing.T) {
 }
 
 func TestNodeHashKnownValues(t *testing.T) {
+	t.Parallel()
 	l := merkle.LeafHash([]byte("left"))
 	r := merkle.LeafHash([]byte("right"))
 	var in []byte
@@ -77,6 +79,7 @@ func TestNodeHashKnownValues(t *testing.T) {
 }
 
 func TestHashText(t *testing.T) {
+	t.Parallel()
 	var h merkle.Hash
 	for i := range h {
 		h[i] = byte(i * 7)
@@ -104,6 +107,7 @@ func TestHashText(t *testing.T) {
 }
 
 func TestParseHashErrors(t *testing.T) {
+	t.Parallel()
 	var h merkle.Hash
 	h[0], h[31] = 0xfb, 0xff // base64 with + and / in standard, - and _ in URL encoding
 	std := base64.StdEncoding.EncodeToString(h[:])
@@ -164,6 +168,7 @@ func sameLeaf(a, b *merkle.Leaf) bool {
 }
 
 func TestLeafRoundTrip(t *testing.T) {
+	t.Parallel()
 	for name, l := range testLeaves() {
 		t.Run(name, func(t *testing.T) {
 			b, err := l.MarshalBinary()
@@ -220,6 +225,7 @@ func TestLeafRoundTrip(t *testing.T) {
 }
 
 func TestLeafEncodingLayout(t *testing.T) {
+	t.Parallel()
 	l := merkle.Leaf{Log: "ab", ID: "c", HasKey: true, Key: []byte("k"), Time: 0x0102030405060708, TimeAssigned: true,
 		Source: &merkle.Source{Topic: "t", Partition: 0x0a0b0c0d, Offset: 0x1112131415161718}}
 	for i := range l.PayloadSHA256 {
@@ -243,6 +249,7 @@ func TestLeafEncodingLayout(t *testing.T) {
 }
 
 func TestLeafValidate(t *testing.T) {
+	t.Parallel()
 	bad := map[string]merkle.Leaf{
 		"empty log":       {ID: "1"},
 		"long log":        {Log: strings.Repeat("l", merkle.MaxLogName+1), ID: "1"},
@@ -304,6 +311,7 @@ func rawLeaf(version byte, log, id string, flags byte, key string, tm uint64, to
 }
 
 func TestLeafUnmarshalRejects(t *testing.T) {
+	t.Parallel()
 	good := rawLeaf(1, "log", "id", 7, "key", 5, "topic", 1, 2)
 	var l merkle.Leaf
 	if err := l.UnmarshalBinary(good); err != nil {
@@ -340,6 +348,7 @@ func TestLeafUnmarshalRejects(t *testing.T) {
 }
 
 func TestLeafUnmarshalTruncated(t *testing.T) {
+	t.Parallel()
 	for name, l := range testLeaves() {
 		b, err := l.MarshalBinary()
 		if err != nil {
@@ -367,6 +376,7 @@ func TestLeafUnmarshalTruncated(t *testing.T) {
 }
 
 func TestLeafHashLarge(t *testing.T) {
+	t.Parallel()
 	// Larger than Hash's stack buffer.
 	l := merkle.Leaf{Log: "a", ID: strings.Repeat("i", 1000), HasKey: true, Key: make([]byte, 5000)}
 	b, err := l.MarshalBinary()
@@ -398,6 +408,7 @@ func testKey(t testing.TB, name string) (note.Signer, note.Verifier) {
 }
 
 func TestCheckpointText(t *testing.T) {
+	t.Parallel()
 	var root merkle.Hash
 	for i := range root {
 		root[i] = byte(i)
@@ -419,6 +430,7 @@ func TestCheckpointText(t *testing.T) {
 }
 
 func TestCheckpointSignVerifiesWithNote(t *testing.T) {
+	t.Parallel()
 	s, v := testKey(t, "auditd.example")
 	for _, c := range []merkle.Checkpoint{
 		{Origin: "auditd.example/a", Size: 0, Root: merkle.EmptyRoot()},
@@ -452,6 +464,7 @@ func TestCheckpointSignVerifiesWithNote(t *testing.T) {
 }
 
 func TestCheckpointSignRejectsOrigin(t *testing.T) {
+	t.Parallel()
 	s, _ := testKey(t, "auditd.example")
 	for _, origin := range []string{"", "a\nb", "a\n"} {
 		if _, err := (merkle.Checkpoint{Origin: origin, Size: 1}).Sign(s); err == nil {
@@ -461,6 +474,7 @@ func TestCheckpointSignRejectsOrigin(t *testing.T) {
 }
 
 func TestOpenCheckpointRejects(t *testing.T) {
+	t.Parallel()
 	s, v := testKey(t, "auditd.example")
 	_, otherV := testKey(t, "auditd.example") // same name, different key
 	_, strangerV := testKey(t, "other.example")
@@ -629,6 +643,7 @@ func toTlog(hs []merkle.Hash) []tlog.Hash {
 const maxProofLeaves = 64
 
 func TestRootHashAgainstTlog(t *testing.T) {
+	t.Parallel()
 	tr := newTlogTree(t, maxProofLeaves)
 	rng := merkle.NewRange()
 	for size := uint64(0); size <= maxProofLeaves; size++ {
@@ -640,12 +655,12 @@ func TestRootHashAgainstTlog(t *testing.T) {
 			t.Errorf("RootHash(%d) = %s, tlog %s", size, got, want)
 		}
 		if size > 0 {
-			rb, err := rng.GetRootHash(nil)
+			rb, err := rng.Root()
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !bytes.Equal(rb, got[:]) {
-				t.Errorf("NewRange root at %d = %x, want %s", size, rb, got)
+			if rb != got {
+				t.Errorf("NewRange root at %d = %s, want %s", size, rb, got)
 			}
 			ra, err := merkle.RangeAt(size, tr.reader(t, size))
 			if err != nil {
@@ -657,7 +672,7 @@ func TestRootHashAgainstTlog(t *testing.T) {
 		}
 		if size < maxProofLeaves {
 			h := merkle.LeafHash(tr.leaves[size])
-			if err := rng.Append(h[:], nil); err != nil {
+			if err := rng.Append(h, nil); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -668,6 +683,7 @@ func TestRootHashAgainstTlog(t *testing.T) {
 }
 
 func TestProveInclusionAgainstTlog(t *testing.T) {
+	t.Parallel()
 	tr := newTlogTree(t, maxProofLeaves)
 	for size := uint64(1); size <= maxProofLeaves; size++ {
 		th := tr.root(t, int64(size))
@@ -710,6 +726,7 @@ func TestProveInclusionAgainstTlog(t *testing.T) {
 }
 
 func TestProveConsistencyAgainstTlog(t *testing.T) {
+	t.Parallel()
 	tr := newTlogTree(t, maxProofLeaves)
 	roots := make([]tlog.Hash, maxProofLeaves+1)
 	for n := range roots {
@@ -756,6 +773,7 @@ func TestProveConsistencyAgainstTlog(t *testing.T) {
 }
 
 func TestProofRange(t *testing.T) {
+	t.Parallel()
 	never := merkle.HashReaderFunc(func(ids []merkle.NodeID) ([]merkle.Hash, error) {
 		t.Errorf("reader called for %v", ids)
 		return nil, errors.New("unexpected read")
@@ -783,6 +801,7 @@ func TestProofRange(t *testing.T) {
 }
 
 func TestProofReaderErrors(t *testing.T) {
+	t.Parallel()
 	boom := errors.New("boom")
 	failing := merkle.HashReaderFunc(func(ids []merkle.NodeID) ([]merkle.Hash, error) { return nil, boom })
 	if _, err := merkle.ProveInclusion(3, 10, failing); !errors.Is(err, boom) {

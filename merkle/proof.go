@@ -4,13 +4,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/transparency-dev/merkle/compact"
 	"github.com/transparency-dev/merkle/proof"
 )
-
-// NodeID names a perfect subtree of the log: the node at Level (0 for leaves)
-// and horizontal Index covers leaves [Index<<Level, (Index+1)<<Level).
-type NodeID = compact.NodeID
 
 // HashReader reads the hashes of perfect subtrees of a log.
 //
@@ -61,7 +56,11 @@ func rehash(nodes proof.Nodes, r HashReader) ([]Hash, error) {
 	if len(nodes.IDs) == 0 {
 		return []Hash{}, nil
 	}
-	hs, err := r.ReadHashes(nodes.IDs)
+	ids := make([]NodeID, len(nodes.IDs))
+	for i, id := range nodes.IDs {
+		ids[i] = NodeID(id)
+	}
+	hs, err := r.ReadHashes(ids)
 	if err != nil {
 		return nil, err
 	}
@@ -89,11 +88,7 @@ func RootHash(size uint64, r HashReader) (Hash, error) {
 	if err != nil {
 		return Hash{}, err
 	}
-	root, err := rng.GetRootHash(nil)
-	if err != nil {
-		return Hash{}, err
-	}
-	return toHash(root), nil
+	return rng.Root()
 }
 
 // VerifyInclusion checks that leafHash is at index in the tree of the given
@@ -112,28 +107,4 @@ func VerifyConsistency(from, to uint64, path []Hash, fromRoot, toRoot Hash) erro
 		return fmt.Errorf("merkle: consistency %d to %d: %w", from, to, err)
 	}
 	return nil
-}
-
-// NewRange returns an empty compact range that accumulates a tree from leaf 0,
-// hashing with RFC 6962.
-func NewRange() *compact.Range { return rangeFactory.NewEmptyRange(0) }
-
-var rangeFactory = &compact.RangeFactory{Hash: hasher.HashChildren}
-
-// RangeAt returns the compact range of the tree of the given size, reading
-// the hashes of its perfect subtrees from r.
-func RangeAt(size uint64, r HashReader) (*compact.Range, error) {
-	if size == 0 {
-		return rangeFactory.NewEmptyRange(0), nil
-	}
-	ids := compact.RangeNodes(0, size, nil)
-	hs, err := r.ReadHashes(ids)
-	if err != nil {
-		return nil, err
-	}
-	rng, err := rangeFactory.NewRange(0, size, toSlices(hs))
-	if err != nil {
-		return nil, fmt.Errorf("merkle: range of size %d: %w", size, err)
-	}
-	return rng, nil
 }

@@ -118,6 +118,7 @@ func checkRootFromInclusion(t testing.TB, tr *tlogTree, from, to uint64) {
 }
 
 func TestRootFromInclusionSmall(t *testing.T) {
+	t.Parallel()
 	tr := newTlogTree(t, maxProofLeaves)
 	for to := uint64(1); to <= maxProofLeaves; to++ {
 		for from := uint64(0); from < to; from++ {
@@ -127,6 +128,7 @@ func TestRootFromInclusionSmall(t *testing.T) {
 }
 
 func TestRootFromInclusionBoundaries(t *testing.T) {
+	t.Parallel()
 	tr := sharedRangeTree(t)
 	edges := []uint64{0, 1, 2, 255, 256, 257, 511, 512, 1000, 1023, 1024, 1025, 1500, 2047, 2048, 2049, rangeTreeLeaves - 1, rangeTreeLeaves}
 	for _, from := range edges {
@@ -156,6 +158,7 @@ func FuzzRootFromInclusion(f *testing.F) {
 }
 
 func TestRootFromInclusionRejects(t *testing.T) {
+	t.Parallel()
 	tr := newTlogTree(t, maxProofLeaves)
 	p, err := tlog.ProveRecord(40, 13, tr)
 	if err != nil {

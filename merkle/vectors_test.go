@@ -70,6 +70,7 @@ const (
 func ptr(s string) *string { return &s }
 
 func TestVectors(t *testing.T) {
+	t.Parallel()
 	doc, err := os.ReadFile("../docs/ledger-format.md")
 	if err != nil {
 		t.Fatalf("the test vectors live in docs/ledger-format.md: %v", err)

@@ -14,6 +14,7 @@ import (
 )
 
 func TestWriteFileCreatesAndReplaces(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	p := filepath.Join(dir, "cp")
 	if err := WriteFile(p, []byte("one\n"), 0o600); err != nil {
@@ -42,6 +43,7 @@ func TestWriteFileCreatesAndReplaces(t *testing.T) {
 // A rename that fails (the target is a non-empty directory) leaves the
 // target as it was and no temporary file.
 func TestWriteFileFailureLeavesNoTrace(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	p := filepath.Join(dir, "cp")
 	if err := os.MkdirAll(filepath.Join(p, "x"), 0o700); err != nil {
@@ -62,6 +64,7 @@ func TestWriteFileFailureLeavesNoTrace(t *testing.T) {
 // Readers racing a writer see one whole version or the other, never a mix
 // or a short file.
 func TestWriteFileReadersSeeWholeVersions(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	p := filepath.Join(dir, "cp")
 	a, b := bytes.Repeat([]byte("a"), 256<<10), bytes.Repeat([]byte("b"), 100<<10)
@@ -110,6 +113,7 @@ func TestWriteFileReadersSeeWholeVersions(t *testing.T) {
 // whole version; RemoveTemp removes the temporary file it may leave, and
 // only that.
 func TestWriteFileKilled(t *testing.T) {
+	t.Parallel()
 	if dir := os.Getenv("DURABLE_TEST_CHILD_DIR"); dir != "" {
 		p := filepath.Join(dir, "cp")
 		for i := 0; ; i++ {
@@ -157,6 +161,7 @@ func TestWriteFileKilled(t *testing.T) {
 }
 
 func TestRemoveTempOnlyRemovesTemp(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for _, n := range []string{".tmp-cp-123", ".tmp-x-", "cp", "tmp-cp", ".other"} {
 		if err := os.WriteFile(filepath.Join(dir, n), []byte(n), 0o600); err != nil {
@@ -181,6 +186,7 @@ func TestRemoveTempOnlyRemovesTemp(t *testing.T) {
 }
 
 func TestMkdirAll(t *testing.T) {
+	t.Parallel()
 	base := t.TempDir()
 	d := filepath.Join(base, "a", "b", "c")
 	if err := MkdirAll(d, 0o700); err != nil {

@@ -1,0 +1,123 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/auditd/auditd/merkle"
+)
+
+// load rebuilds the writer state and the latest checkpoint from storage.
+func (l *Log) load() error {
+	v, closer, err := l.s.db.Get(metaKey(l.id))
+	if err != nil {
+		return err
+	}
+	m, err := decodeMeta(v)
+	closer.Close()
+	if err != nil {
+		return err
+	}
+	r := hashReader{db: l.s.db, log: l.id}
+	rng, err := merkle.RangeAt(m.size, r)
+	if err != nil {
+		return fmt.Errorf("rebuild tree of size %d: %w", m.size, err)
+	}
+	root, err := rng.Root()
+	if err != nil {
+		return err
+	}
+	if root != m.root {
+		return fmt.Errorf("root of the stored tiles %s does not match the recorded root %s at size %d", root, m.root, m.size)
+	}
+	var tiles []*tileBuf
+	for lvl := 0; m.size>>(tileHeight*lvl) > 0; lvl++ {
+		count := m.size >> (tileHeight * lvl)
+		t := &tileBuf{level: uint8(lvl), n: count / tileWidth}
+		if w := int(count % tileWidth); w > 0 {
+			v, closer, err := l.s.db.Get(tileKey(l.id, uint8(lvl), t.n))
+			if err != nil {
+				return fmt.Errorf("read tile %d/%d: %w", lvl, t.n, err)
+			}
+			base, mid, err := decodeTile(v)
+			closer.Close()
+			if err != nil {
+				return err
+			}
+			if len(base) < w {
+				return fmt.Errorf("tile %d/%d has %d hashes, want %d", lvl, t.n, len(base), w)
+			}
+			// Copies with room to grow: base and mid share one array, and
+			// appending to base in place would overwrite mid.
+			t.base = append(make([]merkle.Hash, 0, tileWidth), base[:w]...)
+			t.mid = append(make([]merkle.Hash, 0, tileWidth/midStride), mid[:w/midStride]...)
+		}
+		tiles = append(tiles, t)
+	}
+	cp, err := l.latestStoredCheckpoint()
+	if err != nil {
+		return err
+	}
+	if cp != nil {
+		if cp.Size > m.size {
+			return fmt.Errorf("checkpoint at size %d is beyond the stored tree of size %d", cp.Size, m.size)
+		}
+		at, err := merkle.RootHash(cp.Size, r)
+		if err != nil {
+			return err
+		}
+		if at != cp.Root {
+			return fmt.Errorf("latest checkpoint (size %d, root %s) does not match the stored tree (root %s)", cp.Size, cp.Root, at)
+		}
+	}
+	l.committed.Store(&treeState{size: m.size, root: root})
+	l.source.Store(nil)
+	if v, closer, err := l.s.db.Get(sourceKey(l.id)); err == nil {
+		src := append([]byte(nil), v...)
+		closer.Close()
+		l.source.Store(&src)
+	} else if !errors.Is(err, pebble.ErrNotFound) {
+		return fmt.Errorf("read source position: %w", err)
+	}
+	ids, err := l.loadIndex(m.size)
+	if err != nil {
+		return fmt.Errorf("rebuild the id and leaf-hash indexes: %w", err)
+	}
+	l.w = writer{size: m.size, root: root, rng: rng, tiles: tiles, ids: ids}
+	l.s.metrics.size.WithLabelValues(l.name).Set(float64(m.size))
+	// Last, with the state loaded: a log refused here may still be served
+	// read-only.
+	bad, err := l.admit(cp, r)
+	if err != nil {
+		return err
+	}
+	if bad != nil {
+		return bad
+	}
+	return nil
+}
+
+// reload restores the writer state from storage after a failed commit.
+func (l *Log) reload() error {
+	last := l.w.lastSign
+	aw := l.w.awaiting
+	if !l.persisted.Load() {
+		// Nothing of the log reached storage.
+		l.w = writer{root: merkle.EmptyRoot(), rng: merkle.NewRange(), lastSign: last}
+		l.committed.Store(&treeState{root: merkle.EmptyRoot()})
+		l.tail.reset(0)
+		return nil
+	}
+	if err := l.load(); err != nil {
+		var ie *IntegrityError
+		if errors.As(err, &ie) {
+			l.s.integrity(ie)
+			l.setReadOnly(ie)
+		}
+		return err
+	}
+	l.w.lastSign, l.w.awaiting = last, aw
+	return nil
+}

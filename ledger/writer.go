@@ -1,0 +1,387 @@
+package ledger
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/auditd/auditd/merkle"
+)
+
+// The group commit: one writer goroutine per log takes the queued append
+// requests, resolves duplicates, commits them in one synced Pebble batch with
+// the tiles they complete, acknowledges them, and signs checkpoints.
+
+// writer is the state of a log's single writer goroutine.
+type writer struct {
+	size     uint64
+	root     merkle.Hash
+	rng      *merkle.Range
+	tiles    []*tileBuf
+	batch    *pebble.Batch
+	visitErr error
+	ids      idFilter
+	lastSign time.Time
+	// awaiting holds the enqueue time and covering size of acknowledged
+	// requests not yet covered by a checkpoint.
+	awaiting []awaiting
+}
+
+type awaiting struct {
+	size uint64
+	enq  time.Time
+}
+
+func (l *Log) run() {
+	defer l.s.wg.Done()
+	defer close(l.stopped)
+	if l.Err() == nil && l.needsCheckpoint() {
+		// The tree grew before a crash and no checkpoint covers it yet.
+		l.sign()
+	}
+	var timer *time.Timer
+	var timerC <-chan time.Time
+	for {
+		select {
+		case req := <-l.reqs:
+			l.process(l.collect(req))
+			for l.held != nil {
+				h := l.held
+				l.held = nil
+				l.process(l.collect(h))
+			}
+		case <-timerC:
+			timerC = nil
+		case <-l.s.quit:
+			l.drain()
+			if l.Err() == nil && l.needsCheckpoint() {
+				l.sign()
+			}
+			return
+		}
+		if l.Err() != nil || !l.needsCheckpoint() {
+			continue
+		}
+		// Sign as soon as the interval has passed, whether or not the timer
+		// won the select: under steady load requests are always ready too.
+		if wait := l.s.opts.checkpointInterval - time.Since(l.w.lastSign); wait > 0 {
+			if timerC == nil {
+				if timer == nil {
+					timer = time.NewTimer(wait)
+				} else {
+					timer.Reset(wait)
+				}
+				timerC = timer.C
+			}
+			continue
+		}
+		l.sign()
+		if timerC != nil {
+			timer.Stop()
+			timerC = nil
+		}
+	}
+}
+
+func (l *Log) needsCheckpoint() bool {
+	if l.readOnly.Load() != nil {
+		return false
+	}
+	cp := l.cp.Load()
+	if cp == nil {
+		// A log that exists signs a checkpoint even while empty.
+		return l.w.size > 0 || l.persisted.Load()
+	}
+	return cp.Size < l.w.size
+}
+
+// collect gathers queued requests into one group commit.
+func (l *Log) collect(first *appendReq) []*appendReq {
+	group := []*appendReq{first}
+	if first.persist != nil {
+		return group
+	}
+	n := len(first.items)
+	var deadline <-chan time.Time
+	if d := l.s.opts.batchDelay; d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		deadline = t.C
+	}
+	for n < l.s.opts.maxBatch {
+		var r *appendReq
+		if deadline == nil {
+			select {
+			case r = <-l.reqs:
+			default:
+			}
+		} else {
+			select {
+			case r = <-l.reqs:
+			case <-deadline:
+			}
+		}
+		if r == nil {
+			break
+		}
+		if r.persist != nil {
+			l.held = r // runs as its own group next
+			break
+		}
+		group, n = append(group, r), n+len(r.items)
+	}
+	return group
+}
+
+// drain refuses requests still queued at shutdown.
+func (l *Log) drain() {
+	for {
+		select {
+		case r := <-l.reqs:
+			r.err = ErrClosed
+			close(r.done)
+		default:
+			return
+		}
+	}
+}
+
+// process runs one group commit.
+func (l *Log) process(group []*appendReq) {
+	if err := l.refusal(); err != nil {
+		for _, r := range group {
+			r.err = err
+			close(r.done)
+		}
+		return
+	}
+	m := l.s.metrics
+	if group[0].persist != nil {
+		// collect never groups a persist request with others.
+		r := group[0]
+		if !l.persisted.Load() {
+			if r.err = r.persist.Commit(pebble.Sync); r.err == nil {
+				l.markPersisted()
+				// An empty log has a checkpoint too (size 0, the empty
+				// root), as tlog clients expect; signed before CreateLog
+				// returns, so the log is never seen without one.
+				l.sign()
+			}
+		}
+		close(r.done)
+		return
+	}
+	pending := map[string]*item{}
+	var fresh []*item
+	var source []byte
+	for _, r := range group {
+		r.err = l.resolve(r, pending, &fresh)
+		if r.err == nil && r.source != nil {
+			source = r.source
+		}
+	}
+	if len(fresh) > 0 || source != nil {
+		start := time.Now()
+		if err := l.commit(fresh, source); err != nil {
+			l.s.log.Error("ledger commit failed; reloading log state", "log", l.name, "err", err)
+			if rerr := l.reload(); rerr != nil {
+				err = fmt.Errorf("%w: %s: %v (reload: %v)", ErrFailed, l.name, err, rerr)
+				l.failed.Store(&err)
+				l.s.log.Error("log stopped", "log", l.name, "err", err)
+			}
+			for _, r := range group {
+				if r.err == nil {
+					r.err = fmt.Errorf("ledger: append to %s: %w", l.name, err)
+				}
+				r.res = nil
+				close(r.done)
+			}
+			return
+		}
+		m.commitLat.Observe(time.Since(start).Seconds())
+		m.batch.Observe(float64(len(fresh)))
+		m.appended.WithLabelValues(l.name).Add(float64(len(fresh)))
+		m.size.WithLabelValues(l.name).Set(float64(l.w.size))
+	}
+	now := time.Now()
+	for _, r := range group {
+		if r.err == nil {
+			r.res.Size = l.w.size
+			l.w.awaiting = append(l.w.awaiting, awaiting{size: l.w.size, enq: r.enq})
+			m.appendLat.Observe(now.Sub(r.enq).Seconds())
+		}
+		close(r.done)
+	}
+}
+
+// resolve assigns each entry of r a new index or finds it already held.
+// New entries join fresh only if the whole request is accepted.
+func (l *Log) resolve(r *appendReq, pending map[string]*item, fresh *[]*item) error {
+	res := &AppendResult{Entries: make([]Appended, len(r.items))}
+	var mine []*item
+	local := map[string]*item{}
+	localPos := map[string]int{}
+	dups := 0
+	next := l.w.size + uint64(len(*fresh))
+	for i := range r.items {
+		it := &r.items[i]
+		a := &res.Entries[i]
+		a.ID = it.leaf.ID
+		if j, dup := localPos[it.leaf.ID]; dup && !sameContent(&r.items[j].leaf, &it.leaf) {
+			// The request contradicts itself: a bad request, not a
+			// violation of what the log holds.
+			l.s.metrics.conflicts.WithLabelValues(l.name, "id_conflict_in_request").Inc()
+			return &ConflictError{Log: l.name, ID: it.leaf.ID, Item: i, EarlierItem: j}
+		}
+		prior, ok := local[it.leaf.ID]
+		if !ok {
+			prior, ok = pending[it.leaf.ID]
+		}
+		if !ok && l.w.ids.mayContain(it.idh) {
+			rec, err := l.findID(it.idh, it.leaf.ID, ^uint64(0))
+			if err != nil && !errors.Is(err, ErrNotFound) {
+				return err
+			}
+			if rec != nil {
+				prior, ok = &item{leaf: rec.Leaf, hash: rec.LeafHash, index: rec.Index}, true
+			}
+		}
+		if ok {
+			if !sameContent(&prior.leaf, &it.leaf) {
+				l.s.metrics.conflicts.WithLabelValues(l.name, "id_conflict").Inc()
+				if r.source == nil {
+					// A source that tracks its position (Kafka) resolves
+					// reused ids itself: a producer retry is not a
+					// violation of what the log holds.
+					l.s.metrics.violations.WithLabelValues(l.name, "id_conflict").Inc()
+					l.s.log.Warn("integrity violation: event id reused with different content", "log", l.name, "id", it.leaf.ID, "index", prior.index)
+				}
+				return &ConflictError{Log: l.name, ID: it.leaf.ID, Index: prior.index, Item: i, EarlierItem: -1}
+			}
+			a.Index, a.LeafHash, a.Duplicate = prior.index, prior.hash, true
+			dups++
+			continue
+		}
+		it.index = next + uint64(len(mine))
+		a.Index, a.LeafHash = it.index, it.hash
+		local[it.leaf.ID] = it
+		localPos[it.leaf.ID] = i
+		mine = append(mine, it)
+	}
+	for _, it := range mine {
+		pending[it.leaf.ID] = it
+	}
+	*fresh = append(*fresh, mine...)
+	if dups > 0 {
+		l.s.metrics.duplicates.WithLabelValues(l.name).Add(float64(dups))
+	}
+	r.res = res
+	return nil
+}
+
+// commit writes fresh entries, their index keys, the tiles they touch and
+// the log's new size and root in one synced batch.
+func (l *Log) commit(fresh []*item, source []byte) error {
+	w := &l.w
+	capacity := 64 + len(source)
+	if len(fresh) > 0 {
+		capacity += len(fresh) * (len(fresh[0].stored) + 96)
+	}
+	b := l.s.db.NewBatchWithSize(capacity)
+	defer b.Close()
+	if source != nil {
+		_ = b.Set(sourceKey(l.id), source, nil)
+	}
+	w.batch, w.visitErr = b, nil
+	for _, it := range fresh {
+		if err := w.rng.Append(it.hash, l.visit); err != nil {
+			return err
+		}
+		_ = b.Set(entryKey(l.id, it.index), it.stored, nil)
+		w.ids.add(it.idh)
+	}
+	if w.visitErr != nil {
+		return w.visitErr
+	}
+	for _, t := range w.tiles {
+		if t.dirty {
+			_ = b.Set(tileKey(l.id, t.level, t.n), t.value(), nil)
+			t.dirty = false
+		}
+	}
+	size := w.rng.End()
+	r, err := w.rng.Root()
+	if err != nil {
+		return err
+	}
+	_ = b.Set(metaKey(l.id), encodeMeta(logMeta{name: l.name, size: size, root: r}), nil)
+	first := !l.persisted.Load()
+	if first {
+		_ = b.Set(nameKey(l.name), binary.BigEndian.AppendUint32(nil, l.id), nil)
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return err
+	}
+	if first {
+		l.markPersisted()
+	}
+	if source != nil {
+		src := append([]byte(nil), source...)
+		l.source.Store(&src)
+	}
+	w.size, w.root = size, r
+	l.tail.add(fresh)
+	l.committed.Store(&treeState{size: size, root: r})
+	if size>>indexChunkBits > l.chunks.Load() {
+		if err := l.ingestChunks(size); err != nil {
+			// The entries are durable and still indexed in memory; the
+			// next commit tries again.
+			l.s.log.Error("index chunk not ingested", "log", l.name, "err", err)
+		}
+	}
+	return nil
+}
+
+func (l *Log) markPersisted() {
+	l.persisted.Store(true)
+	l.s.metrics.size.WithLabelValues(l.name).Set(float64(l.w.size))
+	l.s.log.Info("log created", "log", l.name)
+}
+
+// visit records the new tree nodes that tiles store.
+func (l *Log) visit(id merkle.NodeID, hash merkle.Hash) {
+	w := &l.w
+	sub := id.Level % tileHeight
+	if sub != 0 && sub != midLevel {
+		return
+	}
+	lvl := int(id.Level / tileHeight)
+	for len(w.tiles) <= lvl {
+		w.tiles = append(w.tiles, &tileBuf{level: uint8(len(w.tiles))})
+	}
+	t := w.tiles[lvl]
+	if sub == midLevel {
+		if id.Index/midStride != t.n || uint64(len(t.mid)) != id.Index%midStride {
+			w.visitErr = fmt.Errorf("ledger: node %d/%d out of order in tile %d/%d", id.Level, id.Index, lvl, t.n)
+			return
+		}
+		t.mid = append(t.mid, hash)
+		return
+	}
+	if n := id.Index / tileWidth; n != t.n {
+		// The previous tile is full: write it out and start the next.
+		if t.dirty {
+			_ = w.batch.Set(tileKey(l.id, uint8(lvl), t.n), t.value(), nil)
+		}
+		*t = tileBuf{level: uint8(lvl), n: n, base: make([]merkle.Hash, 0, tileWidth), mid: make([]merkle.Hash, 0, tileWidth/midStride)}
+	}
+	if uint64(len(t.base)) != id.Index%tileWidth {
+		w.visitErr = fmt.Errorf("ledger: node %d/%d out of order in tile %d/%d", id.Level, id.Index, lvl, t.n)
+		return
+	}
+	t.base = append(t.base, hash)
+	t.dirty = true
+}

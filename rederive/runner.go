@@ -3,8 +3,6 @@ package rederive
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,33 +10,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/auditd/auditd/ledger"
-	"github.com/auditd/auditd/merkle"
-)
-
-// Run states.
-const (
-	StateClean   = "clean"   // every key matched
-	StatePending = "pending" // mismatches, none confirmed yet
-	StateDrift   = "drift"   // confirmed drift
-	StateError   = "error"   // the run could not judge the store
-)
-
-// Error kinds of a run in state error.
-const (
-	ErrKindStore        = "store"        // the derived store is down or returned malformed rows
-	ErrKindDerivation   = "derivation"   // derivation errors beyond the budget
-	ErrKindVerification = "verification" // the ledger did not check out against its checkpoints
-	ErrKindLedger       = "ledger"       // the ledger could not be read, or no log matches
-)
-
-// Limits of one report.
-const (
-	MaxReportedDrift = 1000 // drifts listed in a report (all are counted)
-	MaxLineageKeys   = 100  // drifted keys whose lineage is collected
-	maxTrackedDrift  = 100_000
 )
 
 // Job is a derivation to check: a compiled derivation and its spec (the
@@ -47,59 +19,6 @@ const (
 type Job struct {
 	Spec       *Spec
 	Derivation Derivation
-}
-
-// Report is the outcome of one run of a derivation.
-type Report struct {
-	Derivation string `json:"derivation"`
-	Mode       string `json:"mode"` // "full" or "incremental"
-	State      string `json:"state"`
-	ErrorKind  string `json:"error_kind,omitempty"`
-	// Waiting says why a pending run judged nothing (no source log has a
-	// signed checkpoint yet).
-	Waiting   string    `json:"waiting,omitempty"`
-	Error     string    `json:"error,omitempty"`
-	StartedAt time.Time `json:"started_at"`
-	Seconds   float64   `json:"duration_seconds"`
-	// Pins are the ledger prefixes the expected values were computed at.
-	Pins []Pin `json:"pins"`
-	// Watermarks are the sizes the store reported having applied.
-	Watermarks map[string]uint64 `json:"watermarks,omitempty"`
-	Events     uint64            `json:"events_folded"`
-	Keys       int               `json:"keys"`
-	Stats      CompareStats      `json:"compare"`
-	Confirmed  int               `json:"confirmed"`
-	Pending    int               `json:"pending"`
-	// Drift lists up to MaxReportedDrift drifted keys, confirmed first.
-	Drift []DriftReport `json:"drift"`
-	// DerivationErrors counts events whose filter, key or step failed.
-	DerivationErrors int          `json:"derivation_errors"`
-	Errors           []EventError `json:"errors,omitempty"`
-	// IncrementalMismatch lists keys where a full fold disagreed with the
-	// incremental state it checked (empty when they agree).
-	IncrementalMismatch []string `json:"incremental_mismatch,omitempty"`
-}
-
-// DriftReport is one drifted key with the evidence behind its expected
-// value.
-type DriftReport struct {
-	Drift
-	// Status is "confirmed" or "pending".
-	Status string `json:"status"`
-	// Runs is how many consecutive runs have seen this key drift.
-	Runs int `json:"runs"`
-	// Newest is the newest ledger entry that contributed to the key.
-	Newest *EventRef `json:"newest_event,omitempty"`
-	// Lineage is the last entries that produced the expected value, oldest
-	// first, each with its inclusion proof in its pinned tree.
-	Lineage []Evidence `json:"lineage,omitempty"`
-}
-
-// Evidence is a ledger entry and the proof that it is in a signed tree.
-type Evidence struct {
-	EventRef
-	TreeSize uint64        `json:"tree_size"`
-	Proof    []merkle.Hash `json:"inclusion_proof"`
 }
 
 // Runner runs derivation checks against a ledger.
@@ -120,14 +39,6 @@ type Runner struct {
 	Now func() time.Time
 	// Progress, if set, receives fold progress.
 	Progress func(derivation string, done, total uint64)
-}
-
-// Fingerprint identifies a spec's derivation logic: a changed source,
-// filter, key, initial or step forces a full fold.
-func Fingerprint(s *Spec) string {
-	b, _ := json.Marshal([]any{s.Name, s.Sources, s.Decode, s.Filter, s.Key, s.Initial, s.Step})
-	h := sha256.Sum256(b)
-	return hex.EncodeToString(h[:16])
 }
 
 // Run checks one derivation. full folds from zero; otherwise the run
@@ -549,85 +460,4 @@ func (r *Runner) finish(rep *Report) {
 			_ = r.Bucket.Set([]byte("report/"+rep.Derivation), b)
 		}
 	}
-}
-
-// LatestReport returns the saved report of a derivation's latest run.
-func LatestReport(b *ledger.Bucket, name string) (*Report, error) {
-	v, err := b.Get([]byte("report/" + name))
-	if err != nil {
-		return nil, err
-	}
-	var rep Report
-	if err := json.Unmarshal(v, &rep); err != nil {
-		return nil, err
-	}
-	return &rep, nil
-}
-
-func ledgerKind(err error) string {
-	if errors.Is(err, ErrVerification) {
-		return ErrKindVerification
-	}
-	return ErrKindLedger
-}
-
-// Metrics are the runner's Prometheus collectors, labelled by derivation
-// name only.
-type Metrics struct {
-	runs      *prometheus.CounterVec
-	duration  *prometheus.HistogramVec
-	events    *prometheus.CounterVec
-	keys      *prometheus.CounterVec
-	drift     *prometheus.GaugeVec
-	pending   *prometheus.GaugeVec
-	storeErrs *prometheus.CounterVec
-	derivErrs *prometheus.CounterVec
-	lastRun   *prometheus.GaugeVec
-}
-
-// NewMetrics returns the runner's collectors.
-func NewMetrics() *Metrics {
-	l := []string{"derivation"}
-	return &Metrics{
-		runs:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "derivation_runs_total", Help: "Derivation runs by outcome state (clean, pending, drift, error)."}, []string{"derivation", "state"}),
-		duration:  prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "derivation_run_duration_seconds", Help: "Duration of derivation runs.", Buckets: prometheus.ExponentialBuckets(0.01, 3, 10)}, l),
-		events:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "derivation_events_folded_total", Help: "Ledger entries folded by derivation runs."}, l),
-		keys:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "derivation_keys_compared_total", Help: "Keys compared with the derived store."}, l),
-		drift:     prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "derivation_drift_keys", Help: "Confirmed drifted keys in the latest run, by kind (missing, extra, mismatch)."}, []string{"derivation", "kind"}),
-		pending:   prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "derivation_pending_keys", Help: "Mismatched keys not confirmed yet (young or not repeated) in the latest run."}, l),
-		storeErrs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "derivation_store_errors_total", Help: "Runs that failed on the derived store (down, malformed rows)."}, l),
-		derivErrs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "derivation_event_errors_total", Help: "Events whose filter, key or step failed."}, l),
-		lastRun:   prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "derivation_last_run_timestamp_seconds", Help: "When the latest run of the derivation finished."}, l),
-	}
-}
-
-// Collectors returns the collectors to register.
-func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.runs, m.duration, m.events, m.keys, m.drift, m.pending, m.storeErrs, m.derivErrs, m.lastRun}
-}
-
-func (m *Metrics) observe(rep *Report) {
-	name := rep.Derivation
-	m.runs.WithLabelValues(name, rep.State).Inc()
-	m.duration.WithLabelValues(name).Observe(rep.Seconds)
-	m.events.WithLabelValues(name).Add(float64(rep.Events))
-	m.keys.WithLabelValues(name).Add(float64(rep.Stats.Keys))
-	m.derivErrs.WithLabelValues(name).Add(float64(rep.DerivationErrors))
-	m.lastRun.WithLabelValues(name).SetToCurrentTime()
-	if rep.State == StateError {
-		if rep.ErrorKind == ErrKindStore {
-			m.storeErrs.WithLabelValues(name).Inc()
-		}
-		return
-	}
-	counts := map[DriftKind]int{DriftMissing: 0, DriftExtra: 0, DriftMismatch: 0}
-	for _, dr := range rep.Drift {
-		if dr.Status == "confirmed" {
-			counts[dr.Kind]++
-		}
-	}
-	for k, n := range counts {
-		m.drift.WithLabelValues(name, string(k)).Set(float64(n))
-	}
-	m.pending.WithLabelValues(name).Set(float64(rep.Pending))
 }

@@ -1,0 +1,196 @@
+package rederive
+
+import (
+	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/common/types/ref"
+	"cel.dev/cel-go/ext"
+	"slices"
+	"strings"
+)
+
+// Compile checks a spec and compiles its CEL expressions into a
+// Derivation. Errors are *SpecError, joined.
+func Compile(s *Spec) (Derivation, error) {
+	errs := s.check()
+	d, cerrs := compileCEL(s)
+	errs = append(errs, cerrs...)
+	if len(errs) > 0 {
+		sortSpecErrors(errs)
+		return nil, joinSpecErrors(errs)
+	}
+	return d, nil
+}
+
+// celDerivation is a Derivation compiled from a Spec.
+type celDerivation struct {
+	name    string
+	sources []string
+	raw     bool // decode: raw
+
+	filter  cel.Program // nil: every event applies
+	key     cel.Program
+	initial cel.Program
+	step    cel.Program
+
+	initialConst ref.Val // initial's value when it does not use key
+	usesMeta     bool    // filter, key or step reads meta
+}
+
+func (d *celDerivation) Name() string { return d.name }
+
+func (d *celDerivation) Sources() []string { return slices.Clone(d.sources) }
+
+// celEnvs are the CEL environments of each expression, for one decode mode.
+type celEnvs struct {
+	event   *cel.Env // filter and key: event, meta
+	initial *cel.Env // key
+	step    *cel.Env // state, event, key, meta
+}
+
+// celLibrary is the CEL library derivations see: the standard library and
+// the pure extensions. Nothing here reads a clock, randomness or I/O;
+// timestamps without a time zone argument are read in UTC.
+func celLibrary() []cel.EnvOption {
+	return []cel.EnvOption{
+		cel.DefaultUTCTimeZone(true),
+		cel.CrossTypeNumericComparisons(true),
+		cel.OptionalTypes(),
+		ext.Strings(),
+		ext.Math(),
+		ext.Lists(),
+		ext.Sets(),
+		ext.Encoders(),
+		ext.Bindings(),
+		ext.TwoVarComprehensions(),
+		ext.Regex(),
+	}
+}
+
+func newCELEnvs(eventType *cel.Type) (*celEnvs, error) {
+	base, err := cel.NewEnv(celLibrary()...)
+	if err != nil {
+		return nil, err
+	}
+	meta := cel.Variable("meta", cel.MapType(cel.StringType, cel.DynType))
+	event := cel.Variable("event", eventType)
+	key := cel.Variable("key", cel.StringType)
+	state := cel.Variable("state", cel.DynType)
+	var e celEnvs
+	if e.event, err = base.Extend(event, meta); err != nil {
+		return nil, err
+	}
+	if e.initial, err = base.Extend(key); err != nil {
+		return nil, err
+	}
+	if e.step, err = base.Extend(state, event, key, meta); err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
+
+// compileCEL compiles a spec's expressions. Errors are placed in the
+// spec's file where its positions are known. Absent expressions are left
+// to Spec.check.
+func compileCEL(s *Spec) (*celDerivation, []*SpecError) {
+	raw := s.Decode == "raw"
+	envs, err := celEnvsJSON()
+	if raw {
+		envs, err = celEnvsRaw()
+	}
+	if err != nil {
+		return nil, []*SpecError{s.errAt("", "cel environment: %v", err)}
+	}
+	d := &celDerivation{name: s.Name, sources: slices.Clone(s.Sources), raw: raw}
+	var errs []*SpecError
+	compile := func(env *cel.Env, field, expr string) *cel.Ast {
+		if strings.TrimSpace(expr) == "" {
+			return nil
+		}
+		ast, iss := env.Compile(expr)
+		if iss != nil && iss.Err() != nil {
+			for _, e := range iss.Errors() {
+				line, col := e.Location.Line(), e.Location.Column()
+				se := s.errAt(field, "ERROR: <input>:%d:%d: %s", line, col+1, e.Message)
+				if fl, fc, ok := s.exprPosition(field, line, col); ok {
+					se.Line, se.Column = fl, fc
+				}
+				errs = append(errs, se)
+			}
+			return nil
+		}
+		return ast
+	}
+	program := func(env *cel.Env, field string, ast *cel.Ast) cel.Program {
+		if ast == nil {
+			return nil
+		}
+		prg, err := env.Program(ast, cel.EvalOptions(cel.OptOptimize))
+		if err != nil {
+			errs = append(errs, s.errAt(field, "%v", err))
+			return nil
+		}
+		return prg
+	}
+
+	filter := compile(envs.event, "filter", s.Filter)
+	if filter != nil {
+		if t := filter.OutputType(); t.Kind() != types.BoolKind && t.Kind() != types.DynKind {
+			errs = append(errs, s.errAt("filter", "filter must give a bool, got %s", t))
+			filter = nil
+		}
+	}
+	key := compile(envs.event, "key", s.Key)
+	if key != nil && !celKeyType(key.OutputType()) {
+		errs = append(errs, s.errAt("key", "key must give a string or a list of strings, got %s", key.OutputType()))
+		key = nil
+	}
+	initial := compile(envs.initial, "initial", s.Initial)
+	step := compile(envs.step, "step", s.Step)
+
+	d.filter = program(envs.event, "filter", filter)
+	d.key = program(envs.event, "key", key)
+	d.initial = program(envs.initial, "initial", initial)
+	d.step = program(envs.step, "step", step)
+	d.usesMeta = celReferences(filter, "meta") || celReferences(key, "meta") || celReferences(step, "meta")
+
+	if initial != nil && d.initial != nil && !celReferences(initial, "key") {
+		v, err := d.eval(d.initial, &celActivation{})
+		if err != nil {
+			errs = append(errs, s.errAt("initial", "%v", err))
+		}
+		d.initialConst = v
+	}
+	if len(errs) > 0 || d.key == nil || d.initial == nil || d.step == nil {
+		return nil, errs
+	}
+	return d, nil
+}
+
+// celKeyType reports whether t can be a key expression's type.
+func celKeyType(t *cel.Type) bool {
+	switch t.Kind() {
+	case types.StringKind, types.DynKind:
+		return true
+	case types.ListKind:
+		if p := t.Parameters(); len(p) == 1 {
+			k := p[0].Kind()
+			return k == types.StringKind || k == types.DynKind
+		}
+	}
+	return false
+}
+
+// celReferences reports whether a checked expression reads the variable
+// name.
+func celReferences(ast *cel.Ast, name string) bool {
+	if ast == nil {
+		return false
+	}
+	for _, r := range ast.NativeRep().ReferenceMap() {
+		if r.Name == name {
+			return true
+		}
+	}
+	return false
+}

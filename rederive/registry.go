@@ -1,0 +1,97 @@
+package rederive
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"sync"
+)
+
+// Registry holds compiled derivations by name: those compiled from specs
+// and those written in Go. It is safe for concurrent use.
+type Registry struct {
+	mu      sync.RWMutex
+	entries map[string]registryEntry
+}
+
+type registryEntry struct {
+	d    Derivation
+	spec *Spec
+}
+
+// NewRegistry returns an empty Registry.
+func NewRegistry() *Registry {
+	return &Registry{entries: make(map[string]registryEntry)}
+}
+
+// Register adds a derivation under d.Name(). spec, if not nil, says how
+// its result is checked: store, compare, grace, confirm_runs, lineage,
+// error_budget, intervals; its Name must be empty or d.Name(), and its
+// sources and expression fields are ignored (d says what it folds). A nil spec registers a derivation that
+// is folded but not compared. A name already registryEntry is an error.
+func (r *Registry) Register(d Derivation, spec *Spec) error {
+	name := d.Name()
+	if !specNameRE.MatchString(name) || len(name) > 128 {
+		return fmt.Errorf("rederive: register: invalid name %q: want [a-z0-9][a-z0-9_.-]*", name)
+	}
+	if len(d.Sources()) == 0 {
+		return fmt.Errorf("rederive: register %q: no sources", name)
+	}
+	for _, src := range d.Sources() {
+		if _, err := path.Match(src, ""); err != nil || src == "" {
+			return fmt.Errorf("rederive: register %q: bad source pattern %q", name, src)
+		}
+	}
+	if spec != nil {
+		if spec.Name != "" && spec.Name != name {
+			return fmt.Errorf("rederive: register %q: spec is named %q", name, spec.Name)
+		}
+		if errs := spec.checkSettings(); len(errs) > 0 {
+			return fmt.Errorf("rederive: register %q: %w", name, joinSpecErrors(errs))
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if prev, dup := r.entries[name]; dup {
+		where := ""
+		if prev.spec != nil && prev.spec.File != "" {
+			where = fmt.Sprintf(" (declared at %s:%d)", prev.spec.File, prev.spec.Line)
+		}
+		return fmt.Errorf("rederive: register: duplicate derivation name %q%s", name, where)
+	}
+	r.entries[name] = registryEntry{d: d, spec: spec}
+	return nil
+}
+
+// RegisterSpecs compiles specs and registers each with its spec. Every
+// error is reported; the specs that compiled are registryEntry.
+func (r *Registry) RegisterSpecs(specs ...*Spec) error {
+	var errs []error
+	for _, s := range specs {
+		d, err := Compile(s)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := r.Register(d, s); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Lookup returns the derivation registryEntry under name and its spec (nil
+// for a derivation registryEntry without one).
+func (r *Registry) Lookup(name string) (Derivation, *Spec, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	e, ok := r.entries[name]
+	return e.d, e.spec, ok
+}
+
+// Names returns the registryEntry names, sorted.
+func (r *Registry) Names() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return sortedMapKeys(r.entries)
+}

@@ -36,15 +36,7 @@ func benchPayments(n int) []*Event {
 
 func benchDerivation(b *testing.B, yaml string) Derivation {
 	b.Helper()
-	specs, err := ParseSpecs("bench.yaml", []byte(yaml))
-	if err != nil {
-		b.Fatal(err)
-	}
-	d, err := Compile(specs[0])
-	if err != nil {
-		b.Fatal(err)
-	}
-	return d
+	return compileYAML(b, yaml)
 }
 
 // BenchmarkCELSumByKey measures Prepare and Step (filter, key, a step per

@@ -5,22 +5,10 @@ import (
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/ext"
+	"fmt"
 	"slices"
 	"strings"
 )
-
-// Compile checks a spec and compiles its CEL expressions into a
-// Derivation. Errors are *SpecError, joined.
-func Compile(s *Spec) (Derivation, error) {
-	errs := s.check()
-	d, cerrs := compileCEL(s)
-	errs = append(errs, cerrs...)
-	if len(errs) > 0 {
-		sortSpecErrors(errs)
-		return nil, joinSpecErrors(errs)
-	}
-	return d, nil
-}
 
 // celDerivation is a Derivation compiled from a Spec.
 type celDerivation struct {
@@ -89,20 +77,52 @@ func newCELEnvs(eventType *cel.Type) (*celEnvs, error) {
 	return &e, nil
 }
 
-// compileCEL compiles a spec's expressions. Errors are placed in the
-// spec's file where its positions are known. Absent expressions are left
-// to Spec.check.
-func compileCEL(s *Spec) (*celDerivation, []*SpecError) {
-	raw := s.Decode == "raw"
+// Expressions are the CEL side of a derivation: its name and sources, how
+// the payload becomes the variable event, and its expressions.
+type Expressions struct {
+	Name    string
+	Sources []string
+	// Raw makes event the payload's bytes instead of its decoded JSON.
+	Raw bool
+	// Filter (optional), Key, Initial and Step are CEL expressions (see
+	// Spec); an empty one is not compiled.
+	Filter, Key, Initial, Step string
+}
+
+// ExprError is an error in one of a derivation's expressions.
+type ExprError struct {
+	// Field names the expression: "filter", "key", "initial" or "step"
+	// ("" for the CEL environment itself).
+	Field string
+	// Line (1-based) and Column (0-based) place the error inside the
+	// expression, as CEL reports it; Line is 0 when unknown.
+	Line, Column int
+	Msg          string
+}
+
+func (e *ExprError) Error() string {
+	if e.Field == "" {
+		return e.Msg
+	}
+	return e.Field + ": " + e.Msg
+}
+
+// compileExpressions compiles a derivation's expressions. It returns a nil
+// derivation when there are errors or when Key, Initial or Step is absent
+// (absent expressions are left to the caller to report).
+func compileExpressions(x Expressions) (*celDerivation, []*ExprError) {
 	envs, err := celEnvsJSON()
-	if raw {
+	if x.Raw {
 		envs, err = celEnvsRaw()
 	}
 	if err != nil {
-		return nil, []*SpecError{s.errAt("", "cel environment: %v", err)}
+		return nil, []*ExprError{{Msg: fmt.Sprintf("cel environment: %v", err)}}
 	}
-	d := &celDerivation{name: s.Name, sources: slices.Clone(s.Sources), raw: raw}
-	var errs []*SpecError
+	d := &celDerivation{name: x.Name, sources: slices.Clone(x.Sources), raw: x.Raw}
+	var errs []*ExprError
+	errAt := func(field, format string, args ...any) {
+		errs = append(errs, &ExprError{Field: field, Msg: fmt.Sprintf(format, args...)})
+	}
 	compile := func(env *cel.Env, field, expr string) *cel.Ast {
 		if strings.TrimSpace(expr) == "" {
 			return nil
@@ -111,11 +131,8 @@ func compileCEL(s *Spec) (*celDerivation, []*SpecError) {
 		if iss != nil && iss.Err() != nil {
 			for _, e := range iss.Errors() {
 				line, col := e.Location.Line(), e.Location.Column()
-				se := s.errAt(field, "ERROR: <input>:%d:%d: %s", line, col+1, e.Message)
-				if fl, fc, ok := s.exprPosition(field, line, col); ok {
-					se.Line, se.Column = fl, fc
-				}
-				errs = append(errs, se)
+				errs = append(errs, &ExprError{Field: field, Line: line, Column: col,
+					Msg: fmt.Sprintf("ERROR: <input>:%d:%d: %s", line, col+1, e.Message)})
 			}
 			return nil
 		}
@@ -127,26 +144,26 @@ func compileCEL(s *Spec) (*celDerivation, []*SpecError) {
 		}
 		prg, err := env.Program(ast, cel.EvalOptions(cel.OptOptimize))
 		if err != nil {
-			errs = append(errs, s.errAt(field, "%v", err))
+			errAt(field, "%v", err)
 			return nil
 		}
 		return prg
 	}
 
-	filter := compile(envs.event, "filter", s.Filter)
+	filter := compile(envs.event, "filter", x.Filter)
 	if filter != nil {
 		if t := filter.OutputType(); t.Kind() != types.BoolKind && t.Kind() != types.DynKind {
-			errs = append(errs, s.errAt("filter", "filter must give a bool, got %s", t))
+			errAt("filter", "filter must give a bool, got %s", t)
 			filter = nil
 		}
 	}
-	key := compile(envs.event, "key", s.Key)
+	key := compile(envs.event, "key", x.Key)
 	if key != nil && !celKeyType(key.OutputType()) {
-		errs = append(errs, s.errAt("key", "key must give a string or a list of strings, got %s", key.OutputType()))
+		errAt("key", "key must give a string or a list of strings, got %s", key.OutputType())
 		key = nil
 	}
-	initial := compile(envs.initial, "initial", s.Initial)
-	step := compile(envs.step, "step", s.Step)
+	initial := compile(envs.initial, "initial", x.Initial)
+	step := compile(envs.step, "step", x.Step)
 
 	d.filter = program(envs.event, "filter", filter)
 	d.key = program(envs.event, "key", key)
@@ -157,7 +174,7 @@ func compileCEL(s *Spec) (*celDerivation, []*SpecError) {
 	if initial != nil && d.initial != nil && !celReferences(initial, "key") {
 		v, err := d.eval(d.initial, &celActivation{})
 		if err != nil {
-			errs = append(errs, s.errAt("initial", "%v", err))
+			errAt("initial", "%v", err)
 		}
 		d.initialConst = v
 	}

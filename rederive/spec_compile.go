@@ -1,0 +1,36 @@
+package rederive
+
+// Compile checks a spec and compiles its CEL expressions into a
+// Derivation. Errors are *SpecError, joined.
+func Compile(s *Spec) (Derivation, error) {
+	errs := s.check()
+	d, cerrs := compileCEL(s)
+	errs = append(errs, cerrs...)
+	if len(errs) > 0 {
+		sortSpecErrors(errs)
+		return nil, joinSpecErrors(errs)
+	}
+	return d, nil
+}
+
+// compileCEL compiles a spec's expressions. Errors are placed in the
+// spec's file where its positions are known. Absent expressions are left
+// to Spec.check.
+func compileCEL(s *Spec) (Derivation, []*SpecError) {
+	d, xerrs := compileExpressions(Expressions{Name: s.Name, Sources: s.Sources, Raw: s.Decode == "raw",
+		Filter: s.Filter, Key: s.Key, Initial: s.Initial, Step: s.Step})
+	var errs []*SpecError
+	for _, e := range xerrs {
+		se := s.errAt(e.Field, "%s", e.Msg)
+		if e.Line > 0 {
+			if fl, fc, ok := s.exprPosition(e.Field, e.Line, e.Column); ok {
+				se.Line, se.Column = fl, fc
+			}
+		}
+		errs = append(errs, se)
+	}
+	if d == nil {
+		return nil, errs
+	}
+	return d, errs
+}

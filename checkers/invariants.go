@@ -16,7 +16,8 @@ import (
 	"cel.dev/cel-go/ext"
 
 	"github.com/auditd/auditd/ledger"
-	"github.com/auditd/auditd/rederive"
+
+	"github.com/auditd/auditd/rederive/fold"
 )
 
 // InvariantSpec is a condition a derivation's state must meet after each
@@ -218,7 +219,7 @@ func celSum(v ref.Val) ref.Val {
 
 // InvariantTarget is a derivation and its invariants.
 type InvariantTarget struct {
-	Derivation rederive.Derivation
+	Derivation fold.Derivation
 	Invariants *Invariants
 }
 
@@ -248,7 +249,7 @@ func (c *InvariantCheck) Name() string { return "invariants" }
 func (c *InvariantCheck) Run(ctx context.Context, p Progress) error {
 	for _, t := range c.targets {
 		name := t.Derivation.Name()
-		res, err := rederive.LoadResult(c.bucket, t.Derivation)
+		res, err := fold.LoadResult(c.bucket, t.Derivation)
 		if errors.Is(err, ledger.ErrNotFound) {
 			continue
 		}

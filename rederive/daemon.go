@@ -6,6 +6,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/auditd/auditd/rederive/store"
 )
 
 // ErrUnknownDerivation is returned for a derivation name no job has.
@@ -142,17 +144,17 @@ func (d *Daemon) Trigger(name string, full bool) error {
 
 // JobInfo summarises a derivation for GET /v1/derivations.
 type JobInfo struct {
-	Name         string    `json:"name"`
-	Sources      []string  `json:"sources"`
-	Store        string    `json:"store"`
-	Interval     Duration  `json:"interval"`
-	FullInterval Duration  `json:"full_interval"`
-	Running      bool      `json:"running"`
-	LastState    string    `json:"last_state,omitempty"`
-	LastRunAt    time.Time `json:"last_run_at,omitzero"`
-	Confirmed    int       `json:"confirmed"`
-	Pending      int       `json:"pending"`
-	File         string    `json:"file,omitempty"`
+	Name         string         `json:"name"`
+	Sources      []string       `json:"sources"`
+	Store        string         `json:"store"`
+	Interval     store.Duration `json:"interval"`
+	FullInterval store.Duration `json:"full_interval"`
+	Running      bool           `json:"running"`
+	LastState    string         `json:"last_state,omitempty"`
+	LastRunAt    time.Time      `json:"last_run_at,omitzero"`
+	Confirmed    int            `json:"confirmed"`
+	Pending      int            `json:"pending"`
+	File         string         `json:"file,omitempty"`
 }
 
 // Jobs lists the derivations in name order.

@@ -4,6 +4,8 @@ import (
 	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/auditd/auditd/rederive/compare"
 )
 
 func ledgerKind(err error) string {
@@ -62,7 +64,7 @@ func (m *Metrics) observe(rep *Report) {
 		}
 		return
 	}
-	counts := map[DriftKind]int{DriftMissing: 0, DriftExtra: 0, DriftMismatch: 0}
+	counts := map[compare.DriftKind]int{compare.DriftMissing: 0, compare.DriftExtra: 0, compare.DriftMismatch: 0}
 	for _, dr := range rep.Drift {
 		if dr.Status == "confirmed" {
 			counts[dr.Kind]++

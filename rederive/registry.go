@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"path"
 	"sync"
+
+	"github.com/auditd/auditd/rederive/fold"
+	"github.com/auditd/auditd/rederive/spec"
 )
 
 // Registry holds compiled derivations by name: those compiled from specs
@@ -15,8 +18,8 @@ type Registry struct {
 }
 
 type registryEntry struct {
-	d    Derivation
-	spec *Spec
+	d    fold.Derivation
+	spec *spec.Spec
 }
 
 // NewRegistry returns an empty Registry.
@@ -29,9 +32,9 @@ func NewRegistry() *Registry {
 // error_budget, intervals; its Name must be empty or d.Name(), and its
 // sources and expression fields are ignored (d says what it folds). A nil spec registers a derivation that
 // is folded but not compared. A name already registryEntry is an error.
-func (r *Registry) Register(d Derivation, spec *Spec) error {
+func (r *Registry) Register(d fold.Derivation, sp *spec.Spec) error {
 	name := d.Name()
-	if !specNameRE.MatchString(name) || len(name) > 128 {
+	if !spec.SpecNameRE.MatchString(name) || len(name) > 128 {
 		return fmt.Errorf("rederive: register: invalid name %q: want [a-z0-9][a-z0-9_.-]*", name)
 	}
 	if len(d.Sources()) == 0 {
@@ -42,12 +45,12 @@ func (r *Registry) Register(d Derivation, spec *Spec) error {
 			return fmt.Errorf("rederive: register %q: bad source pattern %q", name, src)
 		}
 	}
-	if spec != nil {
-		if spec.Name != "" && spec.Name != name {
-			return fmt.Errorf("rederive: register %q: spec is named %q", name, spec.Name)
+	if sp != nil {
+		if sp.Name != "" && sp.Name != name {
+			return fmt.Errorf("rederive: register %q: spec is named %q", name, sp.Name)
 		}
-		if errs := spec.checkSettings(); len(errs) > 0 {
-			return fmt.Errorf("rederive: register %q: %w", name, joinSpecErrors(errs))
+		if errs := sp.CheckSettings(); len(errs) > 0 {
+			return fmt.Errorf("rederive: register %q: %w", name, spec.JoinSpecErrors(errs))
 		}
 	}
 	r.mu.Lock()
@@ -59,16 +62,16 @@ func (r *Registry) Register(d Derivation, spec *Spec) error {
 		}
 		return fmt.Errorf("rederive: register: duplicate derivation name %q%s", name, where)
 	}
-	r.entries[name] = registryEntry{d: d, spec: spec}
+	r.entries[name] = registryEntry{d: d, spec: sp}
 	return nil
 }
 
 // RegisterSpecs compiles specs and registers each with its spec. Every
 // error is reported; the specs that compiled are registryEntry.
-func (r *Registry) RegisterSpecs(specs ...*Spec) error {
+func (r *Registry) RegisterSpecs(specs ...*spec.Spec) error {
 	var errs []error
 	for _, s := range specs {
-		d, err := Compile(s)
+		d, err := spec.Compile(s)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -82,7 +85,7 @@ func (r *Registry) RegisterSpecs(specs ...*Spec) error {
 
 // Lookup returns the derivation registryEntry under name and its spec (nil
 // for a derivation registryEntry without one).
-func (r *Registry) Lookup(name string) (Derivation, *Spec, bool) {
+func (r *Registry) Lookup(name string) (fold.Derivation, *spec.Spec, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	e, ok := r.entries[name]
@@ -93,5 +96,5 @@ func (r *Registry) Lookup(name string) (Derivation, *Spec, bool) {
 func (r *Registry) Names() []string {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	return sortedMapKeys(r.entries)
+	return spec.SortedMapKeys(r.entries)
 }

@@ -1,40 +1,45 @@
 package rederive
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/auditd/auditd/rederive/fold"
+	"github.com/auditd/auditd/rederive/spec"
+	"github.com/auditd/auditd/rederive/store"
 )
 
 // counter is a derivation written in Go: events per key.
-type counter struct{}
+type Counter struct{}
 
-func (counter) Name() string { return "order-count" }
+func (Counter) Name() string { return "order-count" }
 
-func (counter) Sources() []string { return []string{"orders.*"} }
+func (Counter) Sources() []string { return []string{"orders.*"} }
 
-func (counter) Prepare(ev *Event) ([]string, any, error) {
+func (Counter) Prepare(ev *fold.Event) ([]string, any, error) {
 	if !ev.HasKey {
 		return nil, nil, nil
 	}
 	return []string{string(ev.Key)}, nil, nil
 }
 
-func (counter) Initial(string) (State, error) { return int64(0), nil }
+func (Counter) Initial(string) (fold.State, error) { return int64(0), nil }
 
-func (counter) Step(s State, _ any, _ *Event, _ string) (State, error) {
+func (Counter) Step(s fold.State, _ any, _ *fold.Event, _ string) (fold.State, error) {
 	return s.(int64) + 1, nil
 }
 
-func (counter) Export(s State) (any, error) { return s, nil }
+func (Counter) Export(s fold.State) (any, error) { return s, nil }
 
-func (counter) Encode(s State) ([]byte, error) {
+func (Counter) Encode(s fold.State) ([]byte, error) {
 	return fmt.Appendf(nil, "%d", s.(int64)), nil
 }
 
-func (counter) Decode(b []byte) (State, error) {
+func (Counter) Decode(b []byte) (fold.State, error) {
 	var n int64
 	_, err := fmt.Sscan(string(b), &n)
 	return n, err
@@ -44,16 +49,16 @@ func ExampleRegistry() {
 	r := NewRegistry()
 
 	// A derivation written in Go, checked against a JSONL file.
-	check := &Spec{
-		Store:       StoreConfig{File: &FileConfig{Path: "order-counts.jsonl"}},
-		ConfirmRuns: 2, Interval: Duration(time.Minute), FullInterval: Duration(time.Hour),
+	check := &spec.Spec{
+		Store:       store.Config{File: &store.FileConfig{Path: "order-counts.jsonl"}},
+		ConfirmRuns: 2, Interval: store.Duration(time.Minute), FullInterval: store.Duration(time.Hour),
 	}
-	if err := r.Register(counter{}, check); err != nil {
+	if err := r.Register(Counter{}, check); err != nil {
 		fmt.Println(err)
 	}
 
 	// Derivations declared in YAML.
-	specs, err := ParseSpecs("derivations.yaml", []byte(`derivations:
+	specs, err := spec.Parse("derivations.yaml", []byte(`derivations:
   - name: orders-by-status
     sources: [orders.*]
     key: event.status
@@ -69,13 +74,13 @@ func ExampleRegistry() {
 	}
 
 	// Names are unique.
-	fmt.Println(r.Register(counter{}, nil))
+	fmt.Println(r.Register(Counter{}, nil))
 	fmt.Println(r.Names())
 
 	d, _, _ := r.Lookup("order-count")
 	state, _ := d.Initial("o-1")
 	for range 3 {
-		state, _ = d.Step(state, nil, &Event{HasKey: true, Key: []byte("o-1")}, "o-1")
+		state, _ = d.Step(state, nil, &fold.Event{HasKey: true, Key: []byte("o-1")}, "o-1")
 	}
 	fmt.Println(d.Export(state))
 	// Output:
@@ -86,7 +91,7 @@ func ExampleRegistry() {
 
 func TestRegistry(t *testing.T) {
 	r := NewRegistry()
-	specs, err := ParseSpecs("d.yaml", []byte(registrySpecYAML))
+	specs, err := spec.Parse("d.yaml", []byte(registrySpecYAML))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,10 +109,10 @@ func TestRegistry(t *testing.T) {
 	if _, _, ok := r.Lookup("nope"); ok {
 		t.Fatal("found nope")
 	}
-	if err := r.Register(counter{}, &Spec{Name: "other"}); err == nil {
+	if err := r.Register(Counter{}, &spec.Spec{Name: "other"}); err == nil {
 		t.Fatal("spec named differently: no error")
 	}
-	if err := r.Register(counter{}, &Spec{}); err == nil || !strings.Contains(err.Error(), "missing store") {
+	if err := r.Register(Counter{}, &spec.Spec{}); err == nil || !strings.Contains(err.Error(), "missing store") {
 		t.Fatalf("invalid settings: %v", err)
 	}
 	if got := r.Names(); !reflect.DeepEqual(got, []string{"balances", "counts.by-type"}) {
@@ -116,12 +121,12 @@ func TestRegistry(t *testing.T) {
 }
 
 func TestSpecCompileGoBuilt(t *testing.T) {
-	s := &Spec{
+	s := &spec.Spec{
 		Name: "counts", Sources: []string{"orders.*"}, Key: "event.type", Initial: "0", Step: "state + 1",
-		Store:       StoreConfig{File: &FileConfig{Path: "counts.jsonl"}},
-		ConfirmRuns: 1, Interval: Duration(time.Minute), FullInterval: Duration(time.Hour),
+		Store:       store.Config{File: &store.FileConfig{Path: "counts.jsonl"}},
+		ConfirmRuns: 1, Interval: store.Duration(time.Minute), FullInterval: store.Duration(time.Hour),
 	}
-	d, err := Compile(s)
+	d, err := spec.Compile(s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,8 +134,8 @@ func TestSpecCompileGoBuilt(t *testing.T) {
 		t.Fatalf("name %q sources %q", d.Name(), d.Sources())
 	}
 	s.Step = "stat + 1"
-	_, err = Compile(s)
-	errs := specErrs(t, err)
+	_, err = spec.Compile(s)
+	errs := specErrors(t, err)
 	// No file positions for a spec built in Go.
 	if len(errs) != 1 || errs[0].Line != 0 || errs[0].Error() != `derivation "counts": step: ERROR: <input>:1:1: undeclared reference to 'stat'` {
 		t.Fatalf("err = %v", err)
@@ -165,3 +170,25 @@ const registrySpecYAML = `derivations:
     store:
       redis: {pattern: "count:*", prefix: "count:", type: string}
 `
+
+// specErrors returns the *spec.Error joined in err.
+func specErrors(t *testing.T, err error) []*spec.Error {
+	t.Helper()
+	var out []*spec.Error
+	var walk func(error)
+	walk = func(err error) {
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			for _, e := range j.Unwrap() {
+				walk(e)
+			}
+			return
+		}
+		var se *spec.Error
+		if !errors.As(err, &se) {
+			t.Fatalf("error %v (%T) is not a *spec.Error", err, err)
+		}
+		out = append(out, se)
+	}
+	walk(err)
+	return out
+}

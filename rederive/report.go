@@ -6,6 +6,9 @@ import (
 
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/merkle"
+
+	"github.com/auditd/auditd/rederive/compare"
+	"github.com/auditd/auditd/rederive/fold"
 )
 
 // Run states.
@@ -44,19 +47,19 @@ type Report struct {
 	StartedAt time.Time `json:"started_at"`
 	Seconds   float64   `json:"duration_seconds"`
 	// Pins are the ledger prefixes the expected values were computed at.
-	Pins []Pin `json:"pins"`
+	Pins []fold.Pin `json:"pins"`
 	// Watermarks are the sizes the store reported having applied.
 	Watermarks map[string]uint64 `json:"watermarks,omitempty"`
 	Events     uint64            `json:"events_folded"`
 	Keys       int               `json:"keys"`
-	Stats      CompareStats      `json:"compare"`
+	Stats      compare.Stats     `json:"compare"`
 	Confirmed  int               `json:"confirmed"`
 	Pending    int               `json:"pending"`
 	// Drift lists up to MaxReportedDrift drifted keys, confirmed first.
 	Drift []DriftReport `json:"drift"`
 	// DerivationErrors counts events whose filter, key or step failed.
-	DerivationErrors int          `json:"derivation_errors"`
-	Errors           []EventError `json:"errors,omitempty"`
+	DerivationErrors int               `json:"derivation_errors"`
+	Errors           []fold.EventError `json:"errors,omitempty"`
 	// IncrementalMismatch lists keys where a full fold disagreed with the
 	// incremental state it checked (empty when they agree).
 	IncrementalMismatch []string `json:"incremental_mismatch,omitempty"`
@@ -65,13 +68,13 @@ type Report struct {
 // DriftReport is one drifted key with the evidence behind its expected
 // value.
 type DriftReport struct {
-	Drift
+	compare.Drift
 	// Status is "confirmed" or "pending".
 	Status string `json:"status"`
 	// Runs is how many consecutive runs have seen this key drift.
 	Runs int `json:"runs"`
 	// Newest is the newest ledger entry that contributed to the key.
-	Newest *EventRef `json:"newest_event,omitempty"`
+	Newest *fold.EventRef `json:"newest_event,omitempty"`
 	// Lineage is the last entries that produced the expected value, oldest
 	// first, each with its inclusion proof in its pinned tree.
 	Lineage []Evidence `json:"lineage,omitempty"`
@@ -79,7 +82,7 @@ type DriftReport struct {
 
 // Evidence is a ledger entry and the proof that it is in a signed tree.
 type Evidence struct {
-	EventRef
+	fold.EventRef
 	TreeSize uint64        `json:"tree_size"`
 	Proof    []merkle.Hash `json:"inclusion_proof"`
 }

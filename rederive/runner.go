@@ -11,14 +11,19 @@ import (
 	"time"
 
 	"github.com/auditd/auditd/ledger"
+
+	"github.com/auditd/auditd/rederive/compare"
+	"github.com/auditd/auditd/rederive/fold"
+	"github.com/auditd/auditd/rederive/spec"
+	"github.com/auditd/auditd/rederive/store"
 )
 
 // Job is a derivation to check: a compiled derivation and its spec (the
 // store, comparison and timeliness settings; for a derivation registered
 // from Go, a spec without expressions).
 type Job struct {
-	Spec       *Spec
-	Derivation Derivation
+	Spec       *spec.Spec
+	Derivation fold.Derivation
 }
 
 // Runner runs derivation checks against a ledger.
@@ -54,7 +59,7 @@ func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	spec, d := job.Spec, job.Derivation
+	sp, d := job.Spec, job.Derivation
 	start := time.Now()
 	rep := &Report{Derivation: d.Name(), Mode: "full", StartedAt: now().UTC(), Drift: []DriftReport{}}
 	fail := func(kind string, err error) (*Report, error) {
@@ -74,7 +79,7 @@ func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
 		return fail(ledgerKind(err), err)
 	}
 	logs := matchLogs(all, d.Sources())
-	var cps []Pin
+	var cps []fold.Pin
 	for _, l := range logs {
 		p, ok, err := r.Ledger.Pin(ctx, l)
 		if err != nil {
@@ -94,26 +99,26 @@ func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
 		// pending, as verify treats empty logs, not a derivation error.
 		rep.State = StatePending
 		rep.Waiting = fmt.Sprintf("no source log matching %v has a signed checkpoint of entries yet", d.Sources())
-		rep.Pins = []Pin{}
+		rep.Pins = []fold.Pin{}
 		rep.Seconds = time.Since(start).Seconds()
 		r.finish(rep)
 		logger.Info("derivation waiting for entries", "derivation", rep.Derivation, "sources", d.Sources())
 		return rep, nil
 	}
 
-	store, err := OpenStore(ctx, spec.Store)
+	st, err := store.Open(ctx, sp.Store)
 	if err != nil {
 		return fail(ErrKindStore, err)
 	}
-	defer store.Close()
-	marks, hasMarks, err := store.Watermarks(ctx)
+	defer st.Close()
+	marks, hasMarks, err := st.Watermarks(ctx)
 	if err != nil {
 		return fail(ErrKindStore, fmt.Errorf("watermarks: %w", err))
 	}
 
 	// The spans to fold: up to the store's watermark when it reports one,
 	// else up to the checkpoint.
-	var spans, fullSpans []Span
+	var spans, fullSpans []fold.Span
 	for i, cp := range cps {
 		pin := cp
 		if hasMarks {
@@ -133,21 +138,21 @@ func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
 			}
 		}
 		reader := r.Ledger.Reader(cp.Log, cp)
-		spans = append(spans, Span{Reader: reader, From: 0, To: pin.Size, Pin: pin})
+		spans = append(spans, fold.Span{Reader: reader, From: 0, To: pin.Size, Pin: pin})
 	}
 	fullSpans = append(fullSpans, spans...)
 	if hasMarks {
 		rep.Watermarks = marks
 	}
 
-	opts := FoldOptions{Workers: r.Workers, ErrorBudget: spec.ErrorBudget, Fingerprint: Fingerprint(spec)}
+	opts := fold.Options{Workers: r.Workers, ErrorBudget: sp.ErrorBudget, Fingerprint: spec.Fingerprint(sp)}
 	if r.Progress != nil {
 		name := d.Name()
 		opts.Progress = func(done, total uint64) { r.Progress(name, done, total) }
 	}
-	var base *Result
+	var base *fold.Result
 	if r.Bucket != nil {
-		if b, err := LoadResult(r.Bucket, d); err == nil {
+		if b, err := fold.LoadResult(r.Bucket, d); err == nil {
 			base = b
 		} else if !errors.Is(err, ledger.ErrNotFound) {
 			logger.Warn("saved derivation state unreadable; folding from zero", "derivation", d.Name(), "err", err)
@@ -156,19 +161,19 @@ func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
 	if base != nil && !r.continues(ctx, base, spans, opts.Fingerprint) {
 		base = nil
 	}
-	var res *Result
+	var res *fold.Result
 	if base != nil && !full {
 		rep.Mode = "incremental"
-		inc := make([]Span, len(spans))
+		inc := make([]fold.Span, len(spans))
 		for i, s := range spans {
 			inc[i] = s
 			if p, ok := base.Pin(s.Pin.Log); ok {
 				inc[i].From = p.Size
 			}
 		}
-		res, err = Fold(ctx, d, base, inc, opts)
+		res, err = fold.Fold(ctx, d, base, inc, opts)
 	} else {
-		res, err = Fold(ctx, d, nil, spans, opts)
+		res, err = fold.Fold(ctx, d, nil, spans, opts)
 		if err == nil && base != nil {
 			// Check the incremental path: continue the saved result to
 			// the same pins and compare it with the full fold.
@@ -177,7 +182,7 @@ func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
 	}
 	if err != nil {
 		switch {
-		case errors.Is(err, ErrBudget):
+		case errors.Is(err, fold.ErrBudget):
 			if res != nil {
 				rep.DerivationErrors, rep.Errors = res.ErrorCount, res.Errors
 			}
@@ -189,7 +194,7 @@ func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
 	rep.Pins, rep.Events, rep.Keys = res.Pins, res.Events, len(res.States)
 	rep.DerivationErrors, rep.Errors = res.ErrorCount, res.Errors
 	if r.Bucket != nil {
-		if err := SaveResult(r.Bucket, d, res); err != nil {
+		if err := fold.SaveResult(r.Bucket, d, res); err != nil {
 			logger.Error("derivation state not saved; the next run folds more", "derivation", d.Name(), "err", err)
 		}
 	}
@@ -202,8 +207,8 @@ func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
 		}
 		expected[k] = v
 	}
-	var drifts []Drift
-	stats, err := Compare(ctx, store, expected, spec.Compare, func(dr Drift) error {
+	var drifts []compare.Drift
+	stats, err := compare.Compare(ctx, st, expected, sp.Compare, func(dr compare.Drift) error {
 		drifts = append(drifts, dr)
 		return nil
 	})
@@ -212,8 +217,8 @@ func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
 	}
 	rep.Stats = stats
 
-	r.classify(rep, spec, res, drifts, hasMarks, now())
-	if err := r.attachLineage(ctx, rep, spec, d, fullSpans, cps, opts); err != nil {
+	r.classify(rep, sp, res, drifts, hasMarks, now())
+	if err := r.attachLineage(ctx, rep, sp, d, fullSpans, cps, opts); err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -244,7 +249,7 @@ const aheadWait = 5 * time.Second
 
 // awaitPin waits up to aheadWait for a signed checkpoint of p's log of at
 // least size and returns it, or the latest one seen if none comes.
-func (r *Runner) awaitPin(ctx context.Context, p Pin, size uint64) (Pin, error) {
+func (r *Runner) awaitPin(ctx context.Context, p fold.Pin, size uint64) (fold.Pin, error) {
 	deadline := time.Now().Add(aheadWait)
 	for wait := 10 * time.Millisecond; p.Size < size && time.Now().Before(deadline); wait = min(2*wait, 200*time.Millisecond) {
 		t := time.NewTimer(wait)
@@ -267,7 +272,7 @@ func (r *Runner) awaitPin(ctx context.Context, p Pin, size uint64) (Pin, error) 
 
 // continues reports whether base can be continued to spans: same
 // derivation logic, and every pin of base is a prefix of the new span.
-func (r *Runner) continues(ctx context.Context, base *Result, spans []Span, fp string) bool {
+func (r *Runner) continues(ctx context.Context, base *fold.Result, spans []fold.Span, fp string) bool {
 	if base.Fingerprint != fp {
 		return false
 	}
@@ -301,8 +306,8 @@ func (r *Runner) continues(ctx context.Context, base *Result, spans []Span, fp s
 
 // checkIncremental folds base forward to spans and returns the keys whose
 // state differs from the full fold's (nil when they agree).
-func (r *Runner) checkIncremental(ctx context.Context, d Derivation, base *Result, spans []Span, opts FoldOptions, full *Result) []string {
-	inc := make([]Span, len(spans))
+func (r *Runner) checkIncremental(ctx context.Context, d fold.Derivation, base *fold.Result, spans []fold.Span, opts fold.Options, full *fold.Result) []string {
+	inc := make([]fold.Span, len(spans))
 	for i, s := range spans {
 		inc[i] = s
 		if p, ok := base.Pin(s.Pin.Log); ok {
@@ -310,7 +315,7 @@ func (r *Runner) checkIncremental(ctx context.Context, d Derivation, base *Resul
 		}
 	}
 	opts.Progress = nil
-	res, err := Fold(ctx, d, base, inc, opts)
+	res, err := fold.Fold(ctx, d, base, inc, opts)
 	if err != nil {
 		return nil
 	}
@@ -335,7 +340,7 @@ func (r *Runner) checkIncremental(ctx context.Context, d Derivation, base *Resul
 	return diff
 }
 
-func sameState(d Derivation, a, b State) bool {
+func sameState(d fold.Derivation, a, b fold.State) bool {
 	x, err1 := d.Encode(a)
 	y, err2 := d.Encode(b)
 	return err1 == nil && err2 == nil && bytes.Equal(x, y)
@@ -350,7 +355,7 @@ type confirmation struct {
 // mismatch on a key whose newest event is younger than the grace period
 // is pending whatever the run count; otherwise a drift is confirmed once
 // it has persisted across ConfirmRuns runs.
-func (r *Runner) classify(rep *Report, spec *Spec, res *Result, drifts []Drift, hasMarks bool, now time.Time) {
+func (r *Runner) classify(rep *Report, sp *spec.Spec, res *fold.Result, drifts []compare.Drift, hasMarks bool, now time.Time) {
 	prev := map[string]confirmation{}
 	key := []byte("confirm/" + rep.Derivation)
 	if r.Bucket != nil {
@@ -358,11 +363,11 @@ func (r *Runner) classify(rep *Report, spec *Spec, res *Result, drifts []Drift, 
 			_ = json.Unmarshal(b, &prev)
 		}
 	}
-	confirmRuns := max(spec.ConfirmRuns, 1)
+	confirmRuns := max(sp.ConfirmRuns, 1)
 	if r.Bucket == nil {
 		confirmRuns = 1 // a single run (auditd verify) confirms at once
 	}
-	grace := time.Duration(spec.Grace)
+	grace := time.Duration(sp.Grace)
 	next := make(map[string]confirmation, len(drifts))
 	var confirmed, pending []DriftReport
 	for _, dr := range drifts {
@@ -405,14 +410,14 @@ func (r *Runner) classify(rep *Report, spec *Spec, res *Result, drifts []Drift, 
 // attachLineage collects, for the reported drifted keys, the last entries
 // that produced their expected values, each with its inclusion proof in
 // the signed checkpoint (of cps) its span was read under.
-func (r *Runner) attachLineage(ctx context.Context, rep *Report, spec *Spec, d Derivation, spans []Span, cps []Pin, opts FoldOptions) error {
-	n := spec.Lineage
+func (r *Runner) attachLineage(ctx context.Context, rep *Report, sp *spec.Spec, d fold.Derivation, spans []fold.Span, cps []fold.Pin, opts fold.Options) error {
+	n := sp.Lineage
 	if n <= 0 || len(rep.Drift) == 0 {
 		return nil
 	}
 	keys := map[string]bool{}
 	for _, dr := range rep.Drift {
-		if dr.Kind == DriftExtra {
+		if dr.Kind == compare.DriftExtra {
 			continue // nothing derives it: no lineage
 		}
 		if len(keys) == MaxLineageKeys {
@@ -424,11 +429,11 @@ func (r *Runner) attachLineage(ctx context.Context, rep *Report, spec *Spec, d D
 		return nil
 	}
 	opts.Progress = nil
-	lin, err := Lineage(ctx, d, spans, keys, n, opts)
+	lin, err := fold.Lineage(ctx, d, spans, keys, n, opts)
 	if err != nil {
 		return err
 	}
-	signed := map[string]Pin{}
+	signed := map[string]fold.Pin{}
 	for _, cp := range cps {
 		signed[cp.Log] = cp
 	}

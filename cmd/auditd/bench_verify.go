@@ -22,6 +22,8 @@ import (
 	"github.com/auditd/auditd/api"
 	"github.com/auditd/auditd/client"
 	"github.com/auditd/auditd/rederive"
+
+	"github.com/auditd/auditd/rederive/spec"
 )
 
 const benchVerifyUsage = `Usage: auditd bench verify -data-dir DIR [flags]
@@ -94,11 +96,11 @@ func benchVerify(args []string) error {
 	url := "http://" + ln.Addr().String()
 
 	dsn, _ := json.Marshal(f.pg)
-	specs, err := rederive.ParseSpecs("bench-verify.yaml", fmt.Appendf(nil, deriveSpec, dsn))
+	specs, err := spec.Parse("bench-verify.yaml", fmt.Appendf(nil, deriveSpec, dsn))
 	if err != nil {
 		return err
 	}
-	d, err := rederive.Compile(specs[0])
+	d, err := spec.Compile(specs[0])
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,8 @@ import (
 	"github.com/auditd/auditd/ingest"
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/rederive"
+
+	"github.com/auditd/auditd/rederive/spec"
 )
 
 // openAlerts starts the alert manager on the ledger's database with the
@@ -51,13 +53,13 @@ func startDerivations(ctx context.Context, store *ledger.Store, cfg Config, aler
 	if len(cfg.Derivations) == 0 {
 		return nil, nil, nil
 	}
-	specs, err := rederive.LoadSpecs(cfg.Derivations...)
+	specs, err := spec.Load(cfg.Derivations...)
 	if err != nil {
 		return nil, nil, err
 	}
 	var jobs []rederive.Job
 	for _, s := range specs {
-		d, err := rederive.Compile(s)
+		d, err := spec.Compile(s)
 		if err != nil {
 			return nil, nil, err
 		}

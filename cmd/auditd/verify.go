@@ -21,6 +21,8 @@ import (
 	"github.com/auditd/auditd/client"
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/rederive"
+
+	"github.com/auditd/auditd/rederive/spec"
 )
 
 // Exit codes of auditd verify.
@@ -80,7 +82,7 @@ Exit status:
 	if (*dataDir == "") == (*server == "") {
 		return fail(exitError, "give exactly one of --data-dir and --server")
 	}
-	specs, err := rederive.LoadSpecs(*config)
+	specs, err := spec.Load(*config)
 	if err != nil {
 		return fail(exitError, "%v", err)
 	}
@@ -97,7 +99,7 @@ Exit status:
 			continue
 		}
 		found[s.Name] = true
-		d, err := rederive.Compile(s)
+		d, err := spec.Compile(s)
 		if err != nil {
 			return fail(exitError, "%v", err)
 		}

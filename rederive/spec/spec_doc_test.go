@@ -14,7 +14,7 @@ import (
 // TestSpecDocExamples loads every derivations file in docs/derivations.md
 // and checks the worked examples' behaviour.
 func TestSpecDocExamples(t *testing.T) {
-	doc, err := os.ReadFile("../docs/derivations.md")
+	doc, err := os.ReadFile("../../docs/derivations.md")
 	if err != nil {
 		t.Fatal(err)
 	}

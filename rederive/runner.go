@@ -62,37 +62,20 @@ func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
 	sp, d := job.Spec, job.Derivation
 	start := time.Now()
 	rep := &Report{Derivation: d.Name(), Mode: "full", StartedAt: now().UTC(), Drift: []DriftReport{}}
-	fail := func(kind string, err error) (*Report, error) {
+	fail := func(f *runFailure) (*Report, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		rep.State, rep.ErrorKind, rep.Error = StateError, kind, err.Error()
+		rep.State, rep.ErrorKind, rep.Error = StateError, f.kind, f.err.Error()
 		rep.Seconds = time.Since(start).Seconds()
 		r.finish(rep)
-		logger.Error("derivation run failed", "derivation", rep.Derivation, "kind", kind, "err", err)
+		logger.Error("derivation run failed", "derivation", rep.Derivation, "kind", f.kind, "err", f.err)
 		return rep, nil
 	}
 
-	// Pin each source log at its latest signed checkpoint.
-	all, err := r.Ledger.Logs(ctx)
-	if err != nil {
-		return fail(ledgerKind(err), err)
-	}
-	logs := matchLogs(all, d.Sources())
-	var cps []fold.Pin
-	for _, l := range logs {
-		p, ok, err := r.Ledger.Pin(ctx, l)
-		if err != nil {
-			return fail(ledgerKind(err), fmt.Errorf("checkpoint of %s: %w", l, err))
-		}
-		// An empty log (no checkpoint, or one of size 0) has nothing to
-		// judge yet.
-		if ok && p.Size > 0 {
-			cps = append(cps, p)
-		}
-	}
-	if len(logs) == 0 && r.NoMatchIsError {
-		return fail(ErrKindLedger, fmt.Errorf("no log matches the sources %v", d.Sources()))
+	cps, f := r.pins(ctx, d)
+	if f != nil {
+		return fail(f)
 	}
 	if len(cps) == 0 {
 		// Nothing to judge yet (a fresh daemon before its first events):
@@ -108,17 +91,97 @@ func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
 
 	st, err := store.Open(ctx, sp.Store)
 	if err != nil {
-		return fail(ErrKindStore, err)
+		return fail(&runFailure{ErrKindStore, err})
 	}
 	defer st.Close()
-	marks, hasMarks, err := st.Watermarks(ctx)
-	if err != nil {
-		return fail(ErrKindStore, fmt.Errorf("watermarks: %w", err))
+	spans, hasMarks, f := r.spans(ctx, rep, st, cps)
+	if f != nil {
+		return fail(f)
+	}
+	fullSpans := append([]fold.Span(nil), spans...)
+
+	opts := fold.Options{Workers: r.Workers, ErrorBudget: sp.ErrorBudget, Fingerprint: spec.Fingerprint(sp)}
+	if r.Progress != nil {
+		name := d.Name()
+		opts.Progress = func(done, total uint64) { r.Progress(name, done, total) }
+	}
+	res, f := r.fold(ctx, rep, d, spans, opts, full, logger)
+	if f != nil {
+		return fail(f)
+	}
+	drifts, f := r.compare(ctx, rep, st, sp, d, res)
+	if f != nil {
+		return fail(f)
 	}
 
-	// The spans to fold: up to the store's watermark when it reports one,
-	// else up to the checkpoint.
-	var spans, fullSpans []fold.Span
+	r.classify(rep, sp, res, drifts, hasMarks, now())
+	if err := r.attachLineage(ctx, rep, sp, d, fullSpans, cps, opts); err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if errors.Is(err, ErrVerification) {
+			return fail(&runFailure{ErrKindVerification, err})
+		}
+		logger.Warn("lineage not collected", "derivation", d.Name(), "err", err)
+	}
+	switch {
+	case rep.Confirmed > 0:
+		rep.State = StateDrift
+	case rep.Pending > 0:
+		rep.State = StatePending
+	default:
+		rep.State = StateClean
+	}
+	rep.Seconds = time.Since(start).Seconds()
+	r.finish(rep)
+	logger.Info("derivation checked", "derivation", rep.Derivation, "mode", rep.Mode, "state", rep.State,
+		"events", rep.Events, "keys", rep.Keys, "confirmed", rep.Confirmed, "pending", rep.Pending, "seconds", rep.Seconds)
+	return rep, nil
+}
+
+// runFailure ends a run in state error: its error kind and error.
+type runFailure struct {
+	kind string
+	err  error
+}
+
+// ledgerFailure is a failure to read the ledger.
+func ledgerFailure(err error) *runFailure { return &runFailure{ledgerKind(err), err} }
+
+// pins pins each source log of d at its latest signed checkpoint. An empty
+// log (no checkpoint, or one of size 0) has nothing to judge yet and is
+// left out.
+func (r *Runner) pins(ctx context.Context, d fold.Derivation) ([]fold.Pin, *runFailure) {
+	all, err := r.Ledger.Logs(ctx)
+	if err != nil {
+		return nil, ledgerFailure(err)
+	}
+	logs := matchLogs(all, d.Sources())
+	var cps []fold.Pin
+	for _, l := range logs {
+		p, ok, err := r.Ledger.Pin(ctx, l)
+		if err != nil {
+			return nil, ledgerFailure(fmt.Errorf("checkpoint of %s: %w", l, err))
+		}
+		if ok && p.Size > 0 {
+			cps = append(cps, p)
+		}
+	}
+	if len(logs) == 0 && r.NoMatchIsError {
+		return nil, &runFailure{ErrKindLedger, fmt.Errorf("no log matches the sources %v", d.Sources())}
+	}
+	return cps, nil
+}
+
+// spans returns the spans to fold: up to the store's watermark when it
+// reports one (recorded on rep), else up to the checkpoint. A checkpoint
+// the store is ahead of is replaced in cps by a newer one.
+func (r *Runner) spans(ctx context.Context, rep *Report, st store.Store, cps []fold.Pin) ([]fold.Span, bool, *runFailure) {
+	marks, hasMarks, err := st.Watermarks(ctx)
+	if err != nil {
+		return nil, false, &runFailure{ErrKindStore, fmt.Errorf("watermarks: %w", err)}
+	}
+	var spans []fold.Span
 	for i, cp := range cps {
 		pin := cp
 		if hasMarks {
@@ -127,29 +190,30 @@ func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
 				// The store applied entries not signed yet: judged at the
 				// older checkpoint, its newer values would be drift.
 				if cp, err = r.awaitPin(ctx, cp, wm); err != nil {
-					return fail(ledgerKind(err), fmt.Errorf("checkpoint of %s: %w", cp.Log, err))
+					return nil, false, ledgerFailure(fmt.Errorf("checkpoint of %s: %w", cp.Log, err))
 				}
 				cps[i], pin = cp, cp
 			}
 			if wm < cp.Size {
 				if pin, err = pinBelow(ctx, r.Ledger, cp.Log, wm, cp); err != nil {
-					return fail(ledgerKind(err), err)
+					return nil, false, ledgerFailure(err)
 				}
 			}
 		}
 		reader := r.Ledger.Reader(cp.Log, cp)
 		spans = append(spans, fold.Span{Reader: reader, From: 0, To: pin.Size, Pin: pin})
 	}
-	fullSpans = append(fullSpans, spans...)
 	if hasMarks {
 		rep.Watermarks = marks
 	}
+	return spans, hasMarks, nil
+}
 
-	opts := fold.Options{Workers: r.Workers, ErrorBudget: sp.ErrorBudget, Fingerprint: spec.Fingerprint(sp)}
-	if r.Progress != nil {
-		name := d.Name()
-		opts.Progress = func(done, total uint64) { r.Progress(name, done, total) }
-	}
+// fold folds d over spans: incrementally from the saved result when there
+// is one that continues to them and full is false, else from zero (then
+// checking the incremental path against the full fold). It saves the
+// result and records its figures on rep.
+func (r *Runner) fold(ctx context.Context, rep *Report, d fold.Derivation, spans []fold.Span, opts fold.Options, full bool, logger *slog.Logger) (*fold.Result, *runFailure) {
 	var base *fold.Result
 	if r.Bucket != nil {
 		if b, err := fold.LoadResult(r.Bucket, d); err == nil {
@@ -162,6 +226,7 @@ func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
 		base = nil
 	}
 	var res *fold.Result
+	var err error
 	if base != nil && !full {
 		rep.Mode = "incremental"
 		inc := make([]fold.Span, len(spans))
@@ -181,15 +246,13 @@ func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
 		}
 	}
 	if err != nil {
-		switch {
-		case errors.Is(err, fold.ErrBudget):
+		if errors.Is(err, fold.ErrBudget) {
 			if res != nil {
 				rep.DerivationErrors, rep.Errors = res.ErrorCount, res.Errors
 			}
-			return fail(ErrKindDerivation, err)
-		default:
-			return fail(ledgerKind(err), err)
+			return nil, &runFailure{ErrKindDerivation, err}
 		}
+		return nil, ledgerFailure(err)
 	}
 	rep.Pins, rep.Events, rep.Keys = res.Pins, res.Events, len(res.States)
 	rep.DerivationErrors, rep.Errors = res.ErrorCount, res.Errors
@@ -198,12 +261,17 @@ func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
 			logger.Error("derivation state not saved; the next run folds more", "derivation", d.Name(), "err", err)
 		}
 	}
+	return res, nil
+}
 
+// compare exports res's states and compares them with the store,
+// recording the figures on rep.
+func (r *Runner) compare(ctx context.Context, rep *Report, st store.Store, sp *spec.Spec, d fold.Derivation, res *fold.Result) ([]compare.Drift, *runFailure) {
 	expected := make(map[string]any, len(res.States))
-	for k, st := range res.States {
-		v, err := d.Export(st)
+	for k, s := range res.States {
+		v, err := d.Export(s)
 		if err != nil {
-			return fail(ErrKindDerivation, fmt.Errorf("export the state of key %q: %w", k, err))
+			return nil, &runFailure{ErrKindDerivation, fmt.Errorf("export the state of key %q: %w", k, err)}
 		}
 		expected[k] = v
 	}
@@ -213,33 +281,10 @@ func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
 		return nil
 	})
 	if err != nil {
-		return fail(ErrKindStore, err)
+		return nil, &runFailure{ErrKindStore, err}
 	}
 	rep.Stats = stats
-
-	r.classify(rep, sp, res, drifts, hasMarks, now())
-	if err := r.attachLineage(ctx, rep, sp, d, fullSpans, cps, opts); err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if errors.Is(err, ErrVerification) {
-			return fail(ErrKindVerification, err)
-		}
-		logger.Warn("lineage not collected", "derivation", d.Name(), "err", err)
-	}
-	switch {
-	case rep.Confirmed > 0:
-		rep.State = StateDrift
-	case rep.Pending > 0:
-		rep.State = StatePending
-	default:
-		rep.State = StateClean
-	}
-	rep.Seconds = time.Since(start).Seconds()
-	r.finish(rep)
-	logger.Info("derivation checked", "derivation", rep.Derivation, "mode", rep.Mode, "state", rep.State,
-		"events", rep.Events, "keys", rep.Keys, "confirmed", rep.Confirmed, "pending", rep.Pending, "seconds", rep.Seconds)
-	return rep, nil
+	return drifts, nil
 }
 
 // aheadWait bounds how long a run waits for a checkpoint that covers a

@@ -16,7 +16,6 @@ import (
 	"cel.dev/cel-go/ext"
 
 	"github.com/auditd/auditd/ledger"
-
 	"github.com/auditd/auditd/rederive/fold"
 )
 

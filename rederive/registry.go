@@ -3,7 +3,9 @@ package rederive
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"path"
+	"slices"
 	"sync"
 
 	"github.com/auditd/auditd/rederive/fold"
@@ -30,11 +32,11 @@ func NewRegistry() *Registry {
 // Register adds a derivation under d.Name(). spec, if not nil, says how
 // its result is checked: store, compare, grace, confirm_runs, lineage,
 // error_budget, intervals; its Name must be empty or d.Name(), and its
-// sources and expression fields are ignored (d says what it folds). A nil spec registers a derivation that
-// is folded but not compared. A name already registryEntry is an error.
+// sources and expression fields are ignored (d says what it folds). A nil spec
+// registers a derivation that is folded but not compared. A name already registered is an error.
 func (r *Registry) Register(d fold.Derivation, sp *spec.Spec) error {
 	name := d.Name()
-	if !spec.SpecNameRE.MatchString(name) || len(name) > 128 {
+	if !spec.ValidName(name) {
 		return fmt.Errorf("rederive: register: invalid name %q: want [a-z0-9][a-z0-9_.-]*", name)
 	}
 	if len(d.Sources()) == 0 {
@@ -49,8 +51,8 @@ func (r *Registry) Register(d fold.Derivation, sp *spec.Spec) error {
 		if sp.Name != "" && sp.Name != name {
 			return fmt.Errorf("rederive: register %q: spec is named %q", name, sp.Name)
 		}
-		if errs := sp.CheckSettings(); len(errs) > 0 {
-			return fmt.Errorf("rederive: register %q: %w", name, spec.JoinSpecErrors(errs))
+		if err := sp.CheckSettings(); err != nil {
+			return fmt.Errorf("rederive: register %q: %w", name, err)
 		}
 	}
 	r.mu.Lock()
@@ -67,7 +69,7 @@ func (r *Registry) Register(d fold.Derivation, sp *spec.Spec) error {
 }
 
 // RegisterSpecs compiles specs and registers each with its spec. Every
-// error is reported; the specs that compiled are registryEntry.
+// error is reported; the specs that compiled are registered.
 func (r *Registry) RegisterSpecs(specs ...*spec.Spec) error {
 	var errs []error
 	for _, s := range specs {
@@ -83,8 +85,8 @@ func (r *Registry) RegisterSpecs(specs ...*spec.Spec) error {
 	return errors.Join(errs...)
 }
 
-// Lookup returns the derivation registryEntry under name and its spec (nil
-// for a derivation registryEntry without one).
+// Lookup returns the derivation registered under name and its spec (nil
+// for a derivation registered without one).
 func (r *Registry) Lookup(name string) (fold.Derivation, *spec.Spec, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
@@ -92,9 +94,9 @@ func (r *Registry) Lookup(name string) (fold.Derivation, *spec.Spec, bool) {
 	return e.d, e.spec, ok
 }
 
-// Names returns the registryEntry names, sorted.
+// Names returns the registered names, sorted.
 func (r *Registry) Names() []string {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	return spec.SortedMapKeys(r.entries)
+	return slices.Sorted(maps.Keys(r.entries))
 }

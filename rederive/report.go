@@ -6,7 +6,6 @@ import (
 
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/merkle"
-
 	"github.com/auditd/auditd/rederive/compare"
 	"github.com/auditd/auditd/rederive/fold"
 )

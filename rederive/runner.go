@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/auditd/auditd/ledger"
-
 	"github.com/auditd/auditd/rederive/compare"
 	"github.com/auditd/auditd/rederive/fold"
 	"github.com/auditd/auditd/rederive/spec"

@@ -19,7 +19,6 @@ import (
 
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/merkle"
-
 	"github.com/auditd/auditd/rederive/compare"
 	"github.com/auditd/auditd/rederive/fold"
 	"github.com/auditd/auditd/rederive/spec"

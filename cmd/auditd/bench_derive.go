@@ -28,7 +28,6 @@ import (
 
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/rederive"
-
 	"github.com/auditd/auditd/rederive/compare"
 	"github.com/auditd/auditd/rederive/fold"
 	rspec "github.com/auditd/auditd/rederive/spec"

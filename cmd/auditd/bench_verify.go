@@ -22,7 +22,6 @@ import (
 	"github.com/auditd/auditd/api"
 	"github.com/auditd/auditd/client"
 	"github.com/auditd/auditd/rederive"
-
 	"github.com/auditd/auditd/rederive/spec"
 )
 

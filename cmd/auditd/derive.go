@@ -13,7 +13,6 @@ import (
 	"github.com/auditd/auditd/ingest"
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/rederive"
-
 	"github.com/auditd/auditd/rederive/spec"
 )
 

@@ -8,7 +8,6 @@ import (
 
 	"github.com/auditd/auditd/checkers"
 	"github.com/auditd/auditd/ledger"
-
 	"github.com/auditd/auditd/rederive/spec"
 )
 

@@ -21,7 +21,6 @@ import (
 	"github.com/auditd/auditd/client"
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/rederive"
-
 	"github.com/auditd/auditd/rederive/spec"
 )
 

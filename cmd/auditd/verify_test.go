@@ -29,7 +29,6 @@ import (
 	"github.com/auditd/auditd/client"
 	"github.com/auditd/auditd/merkle"
 	"github.com/auditd/auditd/rederive"
-
 	"github.com/auditd/auditd/rederive/compare"
 )
 

@@ -1,13 +1,16 @@
 package cel
 
 import (
+	"fmt"
+	"slices"
+	"strings"
+
 	"cel.dev/cel-go/cel"
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/ext"
-	"fmt"
-	"slices"
-	"strings"
+
+	"github.com/auditd/auditd/rederive/fold"
 )
 
 // celDerivation is a Derivation compiled from a Spec.
@@ -107,10 +110,18 @@ func (e *Error) Error() string {
 	return e.Field + ": " + e.Msg
 }
 
-// compileExpressions compiles a derivation's expressions. It returns a nil
-// derivation when there are errors or when Key, Initial or Step is absent
-// (absent expressions are left to the caller to report).
-func Compile(x Expressions) (*celDerivation, []*Error) {
+// Compile compiles a derivation's expressions into a fold.Derivation. It
+// returns a nil derivation when there are errors, or when Key, Initial or
+// Step is absent (absent expressions are left to the caller to report).
+func Compile(x Expressions) (fold.Derivation, []*Error) {
+	d, errs := compile(x)
+	if d == nil {
+		return nil, errs
+	}
+	return d, errs
+}
+
+func compile(x Expressions) (*celDerivation, []*Error) {
 	envs, err := celEnvsJSON()
 	if x.Raw {
 		envs, err = celEnvsRaw()

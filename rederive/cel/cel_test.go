@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"go.yaml.in/yaml/v3"
 	"math"
 	"reflect"
 	"strconv"
@@ -15,9 +14,9 @@ import (
 
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/auditd/auditd/merkle"
-
 	"github.com/auditd/auditd/rederive/fold"
 )
 
@@ -58,7 +57,7 @@ func compileYAML(t testing.TB, y string) fold.Derivation {
 		t.Fatalf("%v\n%s", err, y)
 	}
 	s := file.Derivations[0]
-	d, errs := Compile(Expressions{Name: s.Name, Sources: s.Sources, Raw: s.Decode == "raw",
+	d, errs := compile(Expressions{Name: s.Name, Sources: s.Sources, Raw: s.Decode == "raw",
 		Filter: s.Filter, Key: s.Key, Initial: s.Initial, Step: s.Step})
 	if len(errs) > 0 || d == nil {
 		t.Fatalf("%v\n%s", errs, y)

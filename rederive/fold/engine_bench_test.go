@@ -17,7 +17,6 @@ import (
 
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/merkle"
-
 	"github.com/auditd/auditd/rederive/fold"
 	"github.com/auditd/auditd/rederive/spec"
 )

@@ -126,7 +126,7 @@ func (e *Error) Error() string {
 }
 
 // joinSpecErrors returns nil for no errors, else errors.Join of them.
-func JoinSpecErrors(errs []*Error) error {
+func joinErrors(errs []*Error) error {
 	if len(errs) == 0 {
 		return nil
 	}
@@ -179,7 +179,7 @@ func Load(paths ...string) ([]*Spec, error) {
 func Parse(file string, data []byte) ([]*Spec, error) {
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
-		return nil, JoinSpecErrors([]*Error{yamlSyntaxError(file, err)})
+		return nil, joinErrors([]*Error{yamlSyntaxError(file, err)})
 	}
 	top := &root
 	if top.Kind == yaml.DocumentNode && len(top.Content) == 1 {
@@ -190,7 +190,7 @@ func Parse(file string, data []byte) ([]*Spec, error) {
 		if n != nil {
 			e.Line, e.Column = n.Line, n.Column
 		}
-		return nil, JoinSpecErrors([]*Error{e})
+		return nil, joinErrors([]*Error{e})
 	}
 	if top.Kind == 0 || top.Kind == yaml.DocumentNode {
 		return fail(nil, `empty file: want a mapping with a "derivations" list`)
@@ -248,7 +248,7 @@ func Parse(file string, data []byte) ([]*Spec, error) {
 	}
 	if len(errs) > 0 {
 		sortSpecErrors(errs)
-		return nil, JoinSpecErrors(errs)
+		return nil, joinErrors(errs)
 	}
 	return specs, nil
 }
@@ -297,7 +297,7 @@ func (s *Spec) errAt(field, format string, args ...any) *Error {
 	return e
 }
 
-var SpecNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]*$`)
+var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]*$`)
 
 // check validates everything but the CEL expressions.
 func (s *Spec) check() []*Error {
@@ -310,7 +310,7 @@ func (s *Spec) check() []*Error {
 	switch {
 	case s.Name == "":
 		add("name", "missing name")
-	case !SpecNameRE.MatchString(s.Name):
+	case !nameRE.MatchString(s.Name):
 		add("name", "invalid name %q: want [a-z0-9][a-z0-9_.-]*", s.Name)
 	case len(s.Name) > 128:
 		add("name", "name longer than 128 bytes")
@@ -343,12 +343,12 @@ func (s *Spec) check() []*Error {
 	if strings.TrimSpace(s.Step) == "" {
 		add("step", "missing step expression")
 	}
-	errs = append(errs, s.CheckSettings()...)
+	errs = append(errs, s.checkSettings()...)
 	return errs
 }
 
 // checkSettings validates the store, comparison and scheduling settings.
-func (s *Spec) CheckSettings() []*Error {
+func (s *Spec) checkSettings() []*Error {
 	var errs []*Error
 	add := func(field, format string, args ...any) {
 		if !s.bad[field] {
@@ -423,7 +423,7 @@ func (s *Spec) CheckSettings() []*Error {
 			add("store.http.timeout", "timeout must be >= 0")
 		}
 	}
-	for _, k := range SortedMapKeys(s.Compare.Tolerance) {
+	for _, k := range sortedMapKeys(s.Compare.Tolerance) {
 		v := s.Compare.Tolerance[k]
 		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
 			f := "compare.tolerance." + k
@@ -462,7 +462,7 @@ func (s *Spec) CheckSettings() []*Error {
 	return errs
 }
 
-func SortedMapKeys[V any](m map[string]V) []string {
+func sortedMapKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
@@ -496,3 +496,13 @@ func (s *Spec) applyDefaults() {
 		s.FullInterval = store.Duration(specDefaultFullInterval)
 	}
 }
+
+// ValidName reports whether name is a valid derivation name:
+// [a-z0-9][a-z0-9_.-]*, at most 128 bytes.
+func ValidName(name string) bool { return nameRE.MatchString(name) && len(name) <= 128 }
+
+// CheckSettings checks the settings that say how a derivation's result is
+// checked (store, compare, grace, confirm_runs, lineage, error_budget,
+// intervals), not its name, sources or expressions: what a spec given to
+// a derivation written in Go must get right. Errors are *Error, joined.
+func (s *Spec) CheckSettings() error { return joinErrors(s.checkSettings()) }

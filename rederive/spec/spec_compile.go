@@ -13,7 +13,7 @@ func Compile(s *Spec) (fold.Derivation, error) {
 	errs = append(errs, cerrs...)
 	if len(errs) > 0 {
 		sortSpecErrors(errs)
-		return nil, JoinSpecErrors(errs)
+		return nil, joinErrors(errs)
 	}
 	return d, nil
 }

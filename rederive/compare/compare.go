@@ -1,3 +1,8 @@
+// Package compare compares a derivation's expected values with a derived
+// store's rows: Compare streams a store against the expected keys and
+// reports each Drift (missing, extra, mismatched); Equal compares two
+// values field by field. Numbers compare exactly across their forms
+// (int64, float64, json.Number decimal text), with optional tolerances.
 package compare
 
 import (

@@ -1,3 +1,9 @@
+// Package spec reads derivation specs: YAML files declaring derivations
+// with CEL expressions (see docs/derivations.md). Parse and Load check
+// every field, fill in the defaults and place each error at its file, line
+// and column (inside a CEL expression where the YAML allows);
+// Compile turns a Spec into a fold.Derivation; Fingerprint identifies its
+// logic.
 package spec
 
 import (

@@ -1,3 +1,7 @@
+// Package store reads derived stores (PostgreSQL, Redis, JSONL or CSV
+// files, HTTP services) as a stream of Rows, with the watermarks a store
+// reports. Open picks the adapter a Config names; every adapter keeps the
+// Store contract, which package storetest checks.
 package store
 
 import (

@@ -1,3 +1,8 @@
+// Package storetest is the conformance suite of the store.Store contract:
+// Run checks one backend (rows of every JSON type, scanning, watermarks,
+// cancellation, the comparison over it), and the helpers reach the real
+// PostgreSQL and Redis the tests run against (AUDITD_TEST_PG,
+// AUDITD_TEST_REDIS).
 package storetest
 
 import (

@@ -1,13 +1,14 @@
-// Package rederive re-runs deterministic derivations (the folds behind
-// materialized views, balances, counters and caches) over a pinned prefix of
-// the ledger, compares the result with the real derived stores, and reports
-// drift with the ledger entries, and their inclusion proofs, behind each
-// wrong value.
+// Package fold is the pure derivation engine: a Derivation folds the
+// entries of pinned ledger prefixes (Spans) into per-key State, in
+// parallel and deterministically, giving a Result bound to the Pins it was
+// computed at. Lineage names the entries behind a key's state, and
+// SaveResult and LoadResult persist a Result so the next fold continues
+// from it.
 //
-// A derivation is declared in YAML with CEL expressions (see LoadSpecs and
-// docs/derivations.md) or registered from Go by implementing Derivation. It
-// sees only the event and the key's prior state: no clock, no randomness, no
-// I/O, so its result is a pure function of the ledger prefix it ran over.
+// A derivation sees only the event and the key's prior state: no clock,
+// no randomness, no I/O, so its result is a pure function of the ledger
+// prefix it ran over. Derivations come from YAML and CEL (packages spec
+// and cel) or are written in Go by implementing Derivation.
 package fold
 
 import (

@@ -27,22 +27,61 @@ type Job struct {
 
 // Runner runs derivation checks against a ledger.
 type Runner struct {
-	Ledger Ledger
-	// Bucket keeps state between runs (incremental results, drift
-	// confirmation, latest reports); nil runs statelessly (auditd verify).
-	Bucket *ledger.Bucket
-	// NoMatchIsError makes sources that match no log at all an error
-	// (auditd verify: a one-off check of a named log). Otherwise such a
-	// run, like one whose logs have no signed checkpoint yet, is pending.
-	NoMatchIsError bool
-	Workers        int
-	Logger         *slog.Logger
-	Metrics        *Metrics
-	// Now is the clock for the grace period (default time.Now). Folds
-	// never see it.
-	Now func() time.Time
-	// Progress, if set, receives fold progress.
-	Progress func(derivation string, done, total uint64)
+	ledger         Ledger
+	bucket         *ledger.Bucket
+	noMatchIsError bool
+	workers        int
+	logger         *slog.Logger
+	metrics        *Metrics
+	now            func() time.Time
+	progress       func(derivation string, done, total uint64)
+}
+
+// A RunnerOption configures a Runner.
+type RunnerOption func(*Runner)
+
+// WithBucket keeps state between runs in b (incremental results, drift
+// confirmation, latest reports). Without it the runner runs statelessly
+// (auditd verify).
+func WithBucket(b *ledger.Bucket) RunnerOption { return func(r *Runner) { r.bucket = b } }
+
+// WithNoMatchIsError makes sources that match no log at all an error
+// (auditd verify: a one-off check of a named log). Otherwise such a run,
+// like one whose logs have no signed checkpoint yet, is pending.
+func WithNoMatchIsError() RunnerOption { return func(r *Runner) { r.noMatchIsError = true } }
+
+// WithWorkers sets the fold's workers (default: fold's default,
+// GOMAXPROCS).
+func WithWorkers(n int) RunnerOption { return func(r *Runner) { r.workers = n } }
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) RunnerOption { return func(r *Runner) { r.logger = l } }
+
+// WithMetrics records each run in m.
+func WithMetrics(m *Metrics) RunnerOption { return func(r *Runner) { r.metrics = m } }
+
+// WithClock sets the clock of the grace period (default time.Now). Folds
+// never see it.
+func WithClock(now func() time.Time) RunnerOption { return func(r *Runner) { r.now = now } }
+
+// WithProgress has fn receive fold progress.
+func WithProgress(fn func(derivation string, done, total uint64)) RunnerOption {
+	return func(r *Runner) { r.progress = fn }
+}
+
+// NewRunner returns a runner that checks derivations against lg.
+func NewRunner(lg Ledger, opts ...RunnerOption) *Runner {
+	r := &Runner{ledger: lg}
+	for _, o := range opts {
+		o(r)
+	}
+	if r.logger == nil {
+		r.logger = slog.Default()
+	}
+	if r.now == nil {
+		r.now = time.Now
+	}
+	return r
 }
 
 // Run checks one derivation. full folds from zero; otherwise the run
@@ -50,14 +89,7 @@ type Runner struct {
 // is in state error when the run could not judge the store; err is
 // reserved for a cancelled context.
 func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
-	now := time.Now
-	if r.Now != nil {
-		now = r.Now
-	}
-	logger := r.Logger
-	if logger == nil {
-		logger = slog.Default()
-	}
+	now, logger := r.now, r.logger
 	sp, d := job.Spec, job.Derivation
 	start := time.Now()
 	rep := &Report{Derivation: d.Name(), Mode: "full", StartedAt: now().UTC(), Drift: []DriftReport{}}
@@ -99,10 +131,10 @@ func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
 	}
 	fullSpans := append([]fold.Span(nil), spans...)
 
-	opts := fold.Options{Workers: r.Workers, ErrorBudget: sp.ErrorBudget, Fingerprint: spec.Fingerprint(sp)}
-	if r.Progress != nil {
+	opts := fold.Options{Workers: r.workers, ErrorBudget: sp.ErrorBudget, Fingerprint: spec.Fingerprint(sp)}
+	if r.progress != nil {
 		name := d.Name()
-		opts.Progress = func(done, total uint64) { r.Progress(name, done, total) }
+		opts.Progress = func(done, total uint64) { r.progress(name, done, total) }
 	}
 	res, f := r.fold(ctx, rep, d, spans, opts, full, logger)
 	if f != nil {
@@ -151,14 +183,14 @@ func ledgerFailure(err error) *runFailure { return &runFailure{ledgerKind(err), 
 // log (no checkpoint, or one of size 0) has nothing to judge yet and is
 // left out.
 func (r *Runner) pins(ctx context.Context, d fold.Derivation) ([]fold.Pin, *runFailure) {
-	all, err := r.Ledger.Logs(ctx)
+	all, err := r.ledger.Logs(ctx)
 	if err != nil {
 		return nil, ledgerFailure(err)
 	}
 	logs := matchLogs(all, d.Sources())
 	var cps []fold.Pin
 	for _, l := range logs {
-		p, ok, err := r.Ledger.Pin(ctx, l)
+		p, ok, err := r.ledger.Pin(ctx, l)
 		if err != nil {
 			return nil, ledgerFailure(fmt.Errorf("checkpoint of %s: %w", l, err))
 		}
@@ -166,7 +198,7 @@ func (r *Runner) pins(ctx context.Context, d fold.Derivation) ([]fold.Pin, *runF
 			cps = append(cps, p)
 		}
 	}
-	if len(logs) == 0 && r.NoMatchIsError {
+	if len(logs) == 0 && r.noMatchIsError {
 		return nil, &runFailure{ErrKindLedger, fmt.Errorf("no log matches the sources %v", d.Sources())}
 	}
 	return cps, nil
@@ -194,12 +226,12 @@ func (r *Runner) spans(ctx context.Context, rep *Report, st store.Store, cps []f
 				cps[i], pin = cp, cp
 			}
 			if wm < cp.Size {
-				if pin, err = pinBelow(ctx, r.Ledger, cp.Log, wm, cp); err != nil {
+				if pin, err = pinBelow(ctx, r.ledger, cp.Log, wm, cp); err != nil {
 					return nil, false, ledgerFailure(err)
 				}
 			}
 		}
-		reader := r.Ledger.Reader(cp.Log, cp)
+		reader := r.ledger.Reader(cp.Log, cp)
 		spans = append(spans, fold.Span{Reader: reader, From: 0, To: pin.Size, Pin: pin})
 	}
 	if hasMarks {
@@ -214,8 +246,8 @@ func (r *Runner) spans(ctx context.Context, rep *Report, st store.Store, cps []f
 // result and records its figures on rep.
 func (r *Runner) fold(ctx context.Context, rep *Report, d fold.Derivation, spans []fold.Span, opts fold.Options, full bool, logger *slog.Logger) (*fold.Result, *runFailure) {
 	var base *fold.Result
-	if r.Bucket != nil {
-		if b, err := fold.LoadResult(r.Bucket, d); err == nil {
+	if r.bucket != nil {
+		if b, err := fold.LoadResult(r.bucket, d); err == nil {
 			base = b
 		} else if !errors.Is(err, ledger.ErrNotFound) {
 			logger.Warn("saved derivation state unreadable; folding from zero", "derivation", d.Name(), "err", err)
@@ -255,8 +287,8 @@ func (r *Runner) fold(ctx context.Context, rep *Report, d fold.Derivation, spans
 	}
 	rep.Pins, rep.Events, rep.Keys = res.Pins, res.Events, len(res.States)
 	rep.DerivationErrors, rep.Errors = res.ErrorCount, res.Errors
-	if r.Bucket != nil {
-		if err := fold.SaveResult(r.Bucket, d, res); err != nil {
+	if r.bucket != nil {
+		if err := fold.SaveResult(r.bucket, d, res); err != nil {
 			logger.Error("derivation state not saved; the next run folds more", "derivation", d.Name(), "err", err)
 		}
 	}
@@ -303,7 +335,7 @@ func (r *Runner) awaitPin(ctx context.Context, p fold.Pin, size uint64) (fold.Pi
 			return p, ctx.Err()
 		case <-t.C:
 		}
-		np, ok, err := r.Ledger.Pin(ctx, p.Log)
+		np, ok, err := r.ledger.Pin(ctx, p.Log)
 		if err != nil {
 			return p, err
 		}
@@ -330,7 +362,7 @@ func (r *Runner) continues(ctx context.Context, base *fold.Result, spans []fold.
 			if bp.Size > s.Pin.Size {
 				return false // the store's watermark went back: refold
 			}
-			if lg, ok := r.Ledger.(LocalLedger); ok && bp.Size > 0 {
+			if lg, ok := r.ledger.(LocalLedger); ok && bp.Size > 0 {
 				l, err := lg.Store.Log(bp.Log)
 				if err != nil {
 					return false
@@ -402,13 +434,13 @@ type confirmation struct {
 func (r *Runner) classify(rep *Report, sp *spec.Spec, res *fold.Result, drifts []compare.Drift, hasMarks bool, now time.Time) {
 	prev := map[string]confirmation{}
 	key := []byte("confirm/" + rep.Derivation)
-	if r.Bucket != nil {
-		if b, err := r.Bucket.Get(key); err == nil {
+	if r.bucket != nil {
+		if b, err := r.bucket.Get(key); err == nil {
 			_ = json.Unmarshal(b, &prev)
 		}
 	}
 	confirmRuns := max(sp.ConfirmRuns, 1)
-	if r.Bucket == nil {
+	if r.bucket == nil {
 		confirmRuns = 1 // a single run (auditd verify) confirms at once
 	}
 	grace := time.Duration(sp.Grace)
@@ -443,10 +475,10 @@ func (r *Runner) classify(rep *Report, sp *spec.Spec, res *fold.Result, drifts [
 	if len(rep.Drift) > MaxReportedDrift {
 		rep.Drift = rep.Drift[:MaxReportedDrift]
 	}
-	if r.Bucket != nil {
+	if r.bucket != nil {
 		b, _ := json.Marshal(next)
-		if err := r.Bucket.Set(key, b); err != nil && r.Logger != nil {
-			r.Logger.Warn("drift confirmation state not saved", "derivation", rep.Derivation, "err", err)
+		if err := r.bucket.Set(key, b); err != nil && r.logger != nil {
+			r.logger.Warn("drift confirmation state not saved", "derivation", rep.Derivation, "err", err)
 		}
 	}
 }
@@ -489,7 +521,7 @@ func (r *Runner) attachLineage(ctx context.Context, rep *Report, sp *spec.Spec, 
 			// root computed at the watermark is signed by no one, and a
 			// checkpoint fetched now may not be the one the pin names.
 			proveAt := signed[ref.Log]
-			proof, err := r.Ledger.Prove(ctx, ref.Log, ref.Index, proveAt)
+			proof, err := r.ledger.Prove(ctx, ref.Log, ref.Index, proveAt)
 			if err != nil {
 				return err
 			}
@@ -501,12 +533,12 @@ func (r *Runner) attachLineage(ctx context.Context, rep *Report, sp *spec.Spec, 
 
 // finish records the run's metrics and, in the daemon, its report.
 func (r *Runner) finish(rep *Report) {
-	if m := r.Metrics; m != nil {
+	if m := r.metrics; m != nil {
 		m.observe(rep)
 	}
-	if r.Bucket != nil {
+	if r.bucket != nil {
 		if b, err := json.Marshal(rep); err == nil {
-			_ = r.Bucket.Set([]byte("report/"+rep.Derivation), b)
+			_ = r.bucket.Set([]byte("report/"+rep.Derivation), b)
 		}
 	}
 }

@@ -221,7 +221,7 @@ func (l *rtLedger) leaf(t testing.TB) func(log string, index int64) []byte {
 
 // runner returns a runner over l with the bucket b (nil: stateless).
 func (l *rtLedger) runner(b *ledger.Bucket) *Runner {
-	return &Runner{Ledger: LocalLedger{l.store}, Bucket: b, Workers: 2, Logger: slog.New(slog.DiscardHandler)}
+	return NewRunner(LocalLedger{l.store}, WithBucket(b), WithWorkers(2), WithLogger(slog.New(slog.DiscardHandler)))
 }
 
 func (l *rtLedger) bucket(t testing.TB) *ledger.Bucket {

@@ -217,20 +217,20 @@ func TestRunnerLaggingStore(t *testing.T) {
 		sp.Grace = store.Duration(time.Hour)
 		job := rtJob(t, sp)
 		r := lg.runner(nil)
-		r.Now = func() time.Time { return rtTime(n).Add(time.Minute) }
+		r.now = func() time.Time { return rtTime(n).Add(time.Minute) }
 
 		rep := rtRun(t, r, job, false)
 		rtCheck(t, rep, rtWant{State: StatePending, Pending: len(lagDrift), Stats: lagStats, Drift: lagDrift})
 		lg.checkLineage(t, rep, 5)
 
 		// Two hours later the same lag is drift.
-		r.Now = func() time.Time { return rtTime(n).Add(2 * time.Hour) }
+		r.now = func() time.Time { return rtTime(n).Add(2 * time.Hour) }
 		confirmedDrift, _ := rtDiff(full, lag, rtConfirmed, 1)
 		rep = rtRun(t, r, job, false)
 		rtCheck(t, rep, rtWant{State: StateDrift, Confirmed: len(confirmedDrift), Stats: lagStats, Drift: confirmedDrift})
 
 		// The store catches up within the grace period: clean.
-		r.Now = func() time.Time { return rtTime(n).Add(time.Minute) }
+		r.now = func() time.Time { return rtTime(n).Add(time.Minute) }
 		pg.set(t, full)
 		rep = rtRun(t, r, job, false)
 		rtCheck(t, rep, rtWant{State: StateClean, Stats: fullStats})
@@ -613,7 +613,7 @@ func TestRunnerRedis(t *testing.T) {
 }
 
 // TestDaemon: the daemon runs a job at once and on Trigger, hands each
-// report to OnReport, and serves the latest through Latest and Jobs; the
+// report to its WithOnReport hook, and serves the latest through Latest and Jobs; the
 // latest report outlives the daemon in the bucket.
 func TestDaemon(t *testing.T) {
 	t.Parallel()
@@ -649,16 +649,15 @@ func TestDaemon(t *testing.T) {
 	jobs := []Job{rtJob(t, specs[0])}
 	b := lg.bucket(t)
 	r := lg.runner(b)
-	d := NewDaemon(r, jobs)
-	if rep, err := d.Latest("balances"); rep != nil || err != nil {
-		t.Fatalf("Latest before any run: %v, %v", rep, err)
-	}
 	reports := make(chan *Report, 4)
-	d.OnReport = func(j Job, rep *Report) {
+	d := NewDaemon(r, jobs, WithOnReport(func(j Job, rep *Report) {
 		if j.Spec != specs[0] {
 			t.Errorf("OnReport for job %s", j.Spec.Name)
 		}
 		reports <- rep
+	}))
+	if rep, err := d.Latest("balances"); rep != nil || err != nil {
+		t.Fatalf("Latest before any run: %v, %v", rep, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

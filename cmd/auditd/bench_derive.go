@@ -581,18 +581,14 @@ func deriveVerify(ctx context.Context, st *ledger.Store, f benchDeriveFlags, m *
 	var foldEnd time.Time
 	prog := newProgress("fold", int64(f.events))
 	var last uint64
-	r := &rederive.Runner{
-		Ledger:  rederive.LocalLedger{Store: st},
-		Workers: workers,
-		Logger:  quiet,
-		Progress: func(_ string, done, total uint64) {
+	r := rederive.NewRunner(rederive.LocalLedger{Store: st}, rederive.WithWorkers(workers), rederive.WithLogger(quiet),
+		rederive.WithProgress(func(_ string, done, total uint64) {
 			prog.add(int64(done - last))
 			last = done
 			if done == total && foldEnd.IsZero() {
 				foldEnd = time.Now()
 			}
-		},
-	}
+		}))
 	la0 := deriveLoadAvg()
 	wait0 := deriveRunqWait()
 	cpu0 := deriveCPU()

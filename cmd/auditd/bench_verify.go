@@ -113,7 +113,7 @@ func benchVerify(args []string) error {
 		mu.Lock()
 		clear(requests)
 		mu.Unlock()
-		r := &rederive.Runner{Ledger: &rederive.RemoteLedger{Client: client.New(url, verifier)}, Workers: workers, Logger: quiet}
+		r := rederive.NewRunner(&rederive.RemoteLedger{Client: client.New(url, verifier)}, rederive.WithWorkers(workers), rederive.WithLogger(quiet))
 		la0, cpu0, t0 := deriveLoadAvg(), deriveCPU(), time.Now()
 		rep, err := r.Run(ctx, rederive.Job{Spec: specs[0], Derivation: d}, true)
 		took, cpu := time.Since(t0), deriveCPU()-cpu0

@@ -72,16 +72,15 @@ func startDerivations(ctx context.Context, store *ledger.Store, cfg Config, aler
 	for _, c := range m.Collectors() {
 		reg.MustRegister(c)
 	}
-	runner := &rederive.Runner{Ledger: rederive.LocalLedger{Store: store}, Bucket: bucket, Workers: cfg.DerivationWorkers, Logger: logger, Metrics: m}
-	daemon = rederive.NewDaemon(runner, jobs)
-	daemon.OnReport = func(_ rederive.Job, rep *rederive.Report) {
+	runner := rederive.NewRunner(rederive.LocalLedger{Store: store}, rederive.WithBucket(bucket), rederive.WithWorkers(cfg.DerivationWorkers), rederive.WithLogger(logger), rederive.WithMetrics(m))
+	daemon = rederive.NewDaemon(runner, jobs, rederive.WithOnReport(func(_ rederive.Job, rep *rederive.Report) {
 		if err := rederive.RaiseAlerts(alerts, rep); err != nil {
 			logger.Error("alerts not updated", "derivation", rep.Derivation, "err", err)
 		}
 		if onRun != nil {
 			onRun(rep.Derivation)
 		}
-	}
+	}))
 	ch := make(chan struct{})
 	go func() {
 		defer close(ch)

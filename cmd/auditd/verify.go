@@ -149,9 +149,9 @@ Exit status:
 		lg = rederive.LocalLedger{Store: store}
 	}
 
-	runner := &rederive.Runner{Ledger: lg, Workers: *workers, Logger: logger, NoMatchIsError: true}
 	bar := newProgressBar(stderr, !*quiet && isTerminal(stderr))
-	runner.Progress = bar.update
+	runner := rederive.NewRunner(lg, rederive.WithWorkers(*workers), rederive.WithLogger(logger), rederive.WithNoMatchIsError(),
+		rederive.WithProgress(bar.update))
 	var reports []*rederive.Report
 	for _, j := range jobs {
 		rep, err := runner.Run(ctx, j, true)

@@ -240,26 +240,7 @@ func (r *celStateReader) value(depth int) (ref.Val, error) {
 		v, err := r.bytes()
 		return types.Bytes(slices.Clone(v)), err
 	case 't':
-		sec, err := r.varint()
-		if err != nil {
-			return nil, err
-		}
-		nsec, err := r.uvarint()
-		if err != nil {
-			return nil, err
-		}
-		off, err := r.varint()
-		if err != nil {
-			return nil, err
-		}
-		if nsec >= 1e9 || off < -86400 || off > 86400 {
-			return nil, errors.New("bad timestamp")
-		}
-		t := time.Unix(sec, int64(nsec)).UTC()
-		if off != 0 {
-			t = t.In(time.FixedZone("", int(off)))
-		}
-		return types.Timestamp{Time: t}, nil
+		return r.timestamp()
 	case 'D':
 		v, err := r.varint()
 		return types.Duration{Duration: time.Duration(v)}, err
@@ -272,65 +253,100 @@ func (r *celStateReader) value(depth int) (ref.Val, error) {
 		}
 		return types.OptionalOf(v), nil
 	case 'l':
-		n, err := r.uvarint()
-		if err != nil {
-			return nil, err
-		}
-		if n > uint64(len(r.b)) { // every element takes a byte at least
-			return nil, errStateTruncated
-		}
-		elems := make([]ref.Val, n)
-		for i := range elems {
-			if elems[i], err = r.value(depth + 1); err != nil {
-				return nil, err
-			}
-		}
-		return types.NewRefValList(types.DefaultTypeAdapter, elems), nil
+		return r.list(depth)
 	case 'm':
-		n, err := r.uvarint()
-		if err != nil {
-			return nil, err
-		}
-		if n > uint64(len(r.b))/2 {
-			return nil, errStateTruncated
-		}
-		keys := make([]ref.Val, n)
-		vals := make([]ref.Val, n)
-		allStrings := true
-		for i := range keys {
-			if keys[i], err = r.value(depth + 1); err != nil {
-				return nil, err
-			}
-			if vals[i], err = r.value(depth + 1); err != nil {
-				return nil, err
-			}
-			switch keys[i].(type) {
-			case types.String:
-			case types.Int, types.Uint, types.Bool:
-				allStrings = false
-			default:
-				return nil, fmt.Errorf("map key of type %s", keys[i].Type().TypeName())
-			}
-		}
-		if allStrings {
-			fields := make([]celField, n)
-			for i := range fields {
-				fields[i] = celField{string(keys[i].(types.String)), vals[i]}
-			}
-			sorted := sortedCELFields(fields)
-			if len(sorted) != len(fields) {
-				return nil, errors.New("duplicate map key")
-			}
-			return &celObject{fields: sorted}, nil
-		}
-		m := make(map[ref.Val]ref.Val, n)
-		for i, k := range keys {
-			if _, dup := m[k]; dup {
-				return nil, errors.New("duplicate map key")
-			}
-			m[k] = vals[i]
-		}
-		return types.NewRefValMap(types.DefaultTypeAdapter, m), nil
+		return r.mapValue(depth)
 	}
 	return nil, fmt.Errorf("unknown tag %#x", tag)
+}
+
+// timestamp reads a timestamp's seconds, nanoseconds and zone offset.
+func (r *celStateReader) timestamp() (ref.Val, error) {
+	sec, err := r.varint()
+	if err != nil {
+		return nil, err
+	}
+	nsec, err := r.uvarint()
+	if err != nil {
+		return nil, err
+	}
+	off, err := r.varint()
+	if err != nil {
+		return nil, err
+	}
+	if nsec >= 1e9 || off < -86400 || off > 86400 {
+		return nil, errors.New("bad timestamp")
+	}
+	t := time.Unix(sec, int64(nsec)).UTC()
+	if off != 0 {
+		t = t.In(time.FixedZone("", int(off)))
+	}
+	return types.Timestamp{Time: t}, nil
+}
+
+// list reads a list's length and elements.
+func (r *celStateReader) list(depth int) (ref.Val, error) {
+	n, err := r.uvarint()
+	if err != nil {
+		return nil, err
+	}
+	if n > uint64(len(r.b)) { // every element takes a byte at least
+		return nil, errStateTruncated
+	}
+	elems := make([]ref.Val, n)
+	for i := range elems {
+		if elems[i], err = r.value(depth + 1); err != nil {
+			return nil, err
+		}
+	}
+	return types.NewRefValList(types.DefaultTypeAdapter, elems), nil
+}
+
+// mapValue reads a map's length and entries: a map with string keys
+// only becomes an object, sorted by key.
+func (r *celStateReader) mapValue(depth int) (ref.Val, error) {
+	n, err := r.uvarint()
+	if err != nil {
+		return nil, err
+	}
+	if n > uint64(len(r.b))/2 {
+		return nil, errStateTruncated
+	}
+	keys := make([]ref.Val, n)
+	vals := make([]ref.Val, n)
+	allStrings := true
+	for i := range keys {
+		if keys[i], err = r.value(depth + 1); err != nil {
+			return nil, err
+		}
+		if vals[i], err = r.value(depth + 1); err != nil {
+			return nil, err
+		}
+		switch keys[i].(type) {
+		case types.String:
+		case types.Int, types.Uint, types.Bool:
+			allStrings = false
+		default:
+			return nil, fmt.Errorf("map key of type %s", keys[i].Type().TypeName())
+		}
+	}
+	if allStrings {
+		fields := make([]celField, n)
+		for i := range fields {
+			fields[i] = celField{string(keys[i].(types.String)), vals[i]}
+		}
+		sorted := sortedCELFields(fields)
+		if len(sorted) != len(fields) {
+			return nil, errors.New("duplicate map key")
+		}
+		return &celObject{fields: sorted}, nil
+	}
+	m := make(map[ref.Val]ref.Val, n)
+	for i, k := range keys {
+		if _, dup := m[k]; dup {
+			return nil, errors.New("duplicate map key")
+		}
+		m[k] = vals[i]
+	}
+	return types.NewRefValMap(types.DefaultTypeAdapter, m), nil
 }

@@ -161,23 +161,11 @@ func (d *yamlDecoder) decode(n *yaml.Node, v reflect.Value, field string) {
 		d.pos[field] = n
 	}
 	isNull := n.Kind == yaml.ScalarNode && n.Tag == "!!null"
-	bad := func(want string) {
-		d.errorf(n, d.deriv, field, "want %s, got %s", want, yamlNodeKind(n))
-	}
+	bad := func(want string) { d.wrongKind(n, field, want) }
 	if v.Type() == specDurationType {
-		if isNull {
-			return
+		if !isNull {
+			d.decodeDuration(n, v, field)
 		}
-		if n.Kind != yaml.ScalarNode {
-			bad("a duration such as \"30s\"")
-			return
-		}
-		dur, err := time.ParseDuration(n.Value)
-		if err != nil {
-			d.errorf(n, d.deriv, field, "want a duration such as \"30s\": %v", err)
-			return
-		}
-		v.SetInt(int64(dur))
 		return
 	}
 	switch v.Kind() {
@@ -224,47 +212,75 @@ func (d *yamlDecoder) decode(n *yaml.Node, v reflect.Value, field string) {
 			d.errorf(n, d.deriv, field, "want %s, got %q", want, n.Value)
 		}
 	case reflect.Slice:
-		if isNull {
-			return
+		if !isNull {
+			d.decodeSlice(n, v, field)
 		}
-		if n.Kind != yaml.SequenceNode {
-			bad("a list")
-			return
-		}
-		sl := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
-		for i, e := range n.Content {
-			d.decode(e, sl.Index(i), fmt.Sprintf("%s[%d]", field, i))
-		}
-		v.Set(sl)
 	case reflect.Map:
-		if isNull {
-			return
+		if !isNull {
+			d.decodeMap(n, v, field)
 		}
-		if n.Kind != yaml.MappingNode {
-			bad("a mapping")
-			return
-		}
-		m := reflect.MakeMap(v.Type())
-		seen := make(map[string]*yaml.Node)
-		for _, kv := range d.pairs(n) {
-			if kv.key.Kind != yaml.ScalarNode {
-				d.errorf(kv.key, d.deriv, field, "want a string key, got %s", yamlNodeKind(kv.key))
-				continue
-			}
-			k := kv.key.Value
-			if first, dup := seen[k]; dup {
-				d.errorf(kv.key, d.deriv, field, "key %q already set at line %d", k, first.Line)
-				continue
-			}
-			seen[k] = kv.key
-			ev := reflect.New(v.Type().Elem()).Elem()
-			d.decode(kv.val, ev, field+"."+k)
-			m.SetMapIndex(reflect.ValueOf(k), ev)
-		}
-		v.Set(m)
 	default:
 		d.errorf(n, d.deriv, field, "unsupported field type %s", v.Type())
 	}
+}
+
+// wrongKind reports that n is not what field wants.
+func (d *yamlDecoder) wrongKind(n *yaml.Node, field, want string) {
+	d.errorf(n, d.deriv, field, "want %s, got %s", want, yamlNodeKind(n))
+}
+
+// decodeDuration decodes a duration such as "30s".
+func (d *yamlDecoder) decodeDuration(n *yaml.Node, v reflect.Value, field string) {
+	if n.Kind != yaml.ScalarNode {
+		d.wrongKind(n, field, "a duration such as \"30s\"")
+		return
+	}
+	dur, err := time.ParseDuration(n.Value)
+	if err != nil {
+		d.errorf(n, d.deriv, field, "want a duration such as \"30s\": %v", err)
+		return
+	}
+	v.SetInt(int64(dur))
+}
+
+// decodeSlice decodes a sequence, each element placed as field[i].
+func (d *yamlDecoder) decodeSlice(n *yaml.Node, v reflect.Value, field string) {
+	if n.Kind != yaml.SequenceNode {
+		d.wrongKind(n, field, "a list")
+		return
+	}
+	sl := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
+	for i, e := range n.Content {
+		d.decode(e, sl.Index(i), fmt.Sprintf("%s[%d]", field, i))
+	}
+	v.Set(sl)
+}
+
+// decodeMap decodes a mapping with string keys, each value placed as
+// field.key; a key set twice is an error.
+func (d *yamlDecoder) decodeMap(n *yaml.Node, v reflect.Value, field string) {
+	if n.Kind != yaml.MappingNode {
+		d.wrongKind(n, field, "a mapping")
+		return
+	}
+	m := reflect.MakeMap(v.Type())
+	seen := make(map[string]*yaml.Node)
+	for _, kv := range d.pairs(n) {
+		if kv.key.Kind != yaml.ScalarNode {
+			d.errorf(kv.key, d.deriv, field, "want a string key, got %s", yamlNodeKind(kv.key))
+			continue
+		}
+		k := kv.key.Value
+		if first, dup := seen[k]; dup {
+			d.errorf(kv.key, d.deriv, field, "key %q already set at line %d", k, first.Line)
+			continue
+		}
+		seen[k] = kv.key
+		ev := reflect.New(v.Type().Elem()).Elem()
+		d.decode(kv.val, ev, field+"."+k)
+		m.SetMapIndex(reflect.ValueOf(k), ev)
+	}
+	v.Set(m)
 }
 
 // decodeStruct decodes a mapping into a struct by its yaml tags.

@@ -34,24 +34,33 @@ func (s *Spec) exprPosition(field string, line, col int) (fline, fcol int, ok bo
 		if indent < 0 {
 			return n.Line, n.Column, true
 		}
-		off := exprValueOffset(n.Value, line, col)
-		// Each source line contributes its text and one separator.
-		for l := n.Line; l < len(s.lines); l++ {
-			text := []rune(strings.TrimRight(s.lines[l], " \t\r"))
-			if len(text) > indent {
-				text = text[indent:]
-			} else {
-				text = nil
-			}
-			if off <= len(text) {
-				return l + 1, indent + off + 1, true
-			}
-			off -= len(text) + 1
-		}
-		return n.Line, n.Column, true
+		return s.foldedPosition(n, indent, exprValueOffset(n.Value, line, col))
 	}
-	// A flow scalar: plain, 'single' or "double" quoted.
-	off := exprValueOffset(n.Value, line, col)
+	return s.flowPosition(n, exprValueOffset(n.Value, line, col))
+}
+
+// foldedPosition places the value rune off of a folded block scalar
+// whose content is indented by indent.
+func (s *Spec) foldedPosition(n *yaml.Node, indent, off int) (fline, fcol int, ok bool) {
+	// Each source line contributes its text and one separator.
+	for l := n.Line; l < len(s.lines); l++ {
+		text := []rune(strings.TrimRight(s.lines[l], " \t\r"))
+		if len(text) > indent {
+			text = text[indent:]
+		} else {
+			text = nil
+		}
+		if off <= len(text) {
+			return l + 1, indent + off + 1, true
+		}
+		off -= len(text) + 1
+	}
+	return n.Line, n.Column, true
+}
+
+// flowPosition places the value rune off of a flow scalar: plain,
+// 'single' or "double" quoted.
+func (s *Spec) flowPosition(n *yaml.Node, off int) (fline, fcol int, ok bool) {
 	l := n.Line - 1
 	src := []rune(s.lines[l])
 	start := n.Column - 1 // 0-based, the first rune of the scalar

@@ -361,6 +361,48 @@ func (s *Spec) checkSettings() []*Error {
 			errs = append(errs, s.errAt(field, format, args...))
 		}
 	}
+	s.checkStore(add)
+	for _, k := range sortedMapKeys(s.Compare.Tolerance) {
+		v := s.Compare.Tolerance[k]
+		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+			f := "compare.tolerance." + k
+			if _, ok := s.pos[f]; !ok {
+				f = "compare.tolerance"
+			}
+			add(f, "tolerance %v for %q: want a finite number >= 0", v, k)
+		}
+	}
+	for i, f := range s.Compare.Fields {
+		if f == "" {
+			add(fmt.Sprintf("compare.fields[%d]", i), "empty field name")
+		}
+	}
+	if s.Grace < 0 {
+		add("grace", "grace must be >= 0")
+	}
+	if s.ConfirmRuns < 1 {
+		add("confirm_runs", "confirm_runs must be >= 1, got %d", s.ConfirmRuns)
+	}
+	if s.Lineage < 0 {
+		add("lineage", "lineage must be >= 0, got %d", s.Lineage)
+	}
+	if s.ErrorBudget < 0 {
+		add("error_budget", "error_budget must be >= 0, got %d", s.ErrorBudget)
+	}
+	if s.Interval <= 0 {
+		add("interval", "interval must be > 0")
+	}
+	switch {
+	case s.FullInterval <= 0:
+		add("full_interval", "full_interval must be > 0")
+	case s.Interval > 0 && s.FullInterval < s.Interval:
+		add("full_interval", "full_interval (%s) must be >= interval (%s)", time.Duration(s.FullInterval), time.Duration(s.Interval))
+	}
+	return errs
+}
+
+// checkStore checks the store settings, reporting each error to add.
+func (s *Spec) checkStore(add func(field, format string, args ...any)) {
 	st := &s.Store
 	var kinds []string
 	if st.Postgres != nil {
@@ -429,43 +471,6 @@ func (s *Spec) checkSettings() []*Error {
 			add("store.http.timeout", "timeout must be >= 0")
 		}
 	}
-	for _, k := range sortedMapKeys(s.Compare.Tolerance) {
-		v := s.Compare.Tolerance[k]
-		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
-			f := "compare.tolerance." + k
-			if _, ok := s.pos[f]; !ok {
-				f = "compare.tolerance"
-			}
-			add(f, "tolerance %v for %q: want a finite number >= 0", v, k)
-		}
-	}
-	for i, f := range s.Compare.Fields {
-		if f == "" {
-			add(fmt.Sprintf("compare.fields[%d]", i), "empty field name")
-		}
-	}
-	if s.Grace < 0 {
-		add("grace", "grace must be >= 0")
-	}
-	if s.ConfirmRuns < 1 {
-		add("confirm_runs", "confirm_runs must be >= 1, got %d", s.ConfirmRuns)
-	}
-	if s.Lineage < 0 {
-		add("lineage", "lineage must be >= 0, got %d", s.Lineage)
-	}
-	if s.ErrorBudget < 0 {
-		add("error_budget", "error_budget must be >= 0, got %d", s.ErrorBudget)
-	}
-	if s.Interval <= 0 {
-		add("interval", "interval must be > 0")
-	}
-	switch {
-	case s.FullInterval <= 0:
-		add("full_interval", "full_interval must be > 0")
-	case s.Interval > 0 && s.FullInterval < s.Interval:
-		add("full_interval", "full_interval (%s) must be >= interval (%s)", time.Duration(s.FullInterval), time.Duration(s.Interval))
-	}
-	return errs
 }
 
 func sortedMapKeys[V any](m map[string]V) []string {

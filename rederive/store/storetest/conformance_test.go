@@ -154,12 +154,12 @@ func storeBackends() []Backend {
 	}
 
 	return []Backend{
-		{name: "postgres/table", open: pgOpen(false)},
-		{name: "postgres/query", open: pgOpen(true)},
-		{name: "redis/hash", caps: Caps{text: true}, open: redisOpen("hash")},
-		{name: "redis/json", open: redisOpen("json")},
-		{name: "redis/string", caps: Caps{scalar: true, text: true}, open: redisOpen("string")},
-		{name: "file/jsonl", open: func(t *testing.T, rows []store.Row, marks map[string]uint64) store.Config {
+		{Name: "postgres/table", Open: pgOpen(false)},
+		{Name: "postgres/query", Open: pgOpen(true)},
+		{Name: "redis/hash", Caps: Caps{Text: true}, Open: redisOpen("hash")},
+		{Name: "redis/json", Open: redisOpen("json")},
+		{Name: "redis/string", Caps: Caps{Scalar: true, Text: true}, Open: redisOpen("string")},
+		{Name: "file/jsonl", Open: func(t *testing.T, rows []store.Row, marks map[string]uint64) store.Config {
 			p := filepath.Join(t.TempDir(), "rows.jsonl")
 			f, err := os.Create(p)
 			if err != nil {
@@ -180,7 +180,7 @@ func storeBackends() []Backend {
 			f.Close()
 			return store.Config{File: &store.FileConfig{Path: p, WatermarkPath: fileMarks(t, marks)}}
 		}},
-		{name: "file/csv", caps: Caps{text: true}, open: func(t *testing.T, rows []store.Row, marks map[string]uint64) store.Config {
+		{Name: "file/csv", Caps: Caps{Text: true}, Open: func(t *testing.T, rows []store.Row, marks map[string]uint64) store.Config {
 			p := filepath.Join(t.TempDir(), "rows.csv")
 			f, err := os.Create(p)
 			if err != nil {
@@ -203,8 +203,8 @@ func storeBackends() []Backend {
 			f.Close()
 			return store.Config{File: &store.FileConfig{Path: p, KeyField: "account", WatermarkPath: fileMarks(t, marks)}}
 		}},
-		{name: "http/json", open: httpOpen(false)},
-		{name: "http/ndjson", open: httpOpen(true)},
+		{Name: "http/json", Open: httpOpen(false)},
+		{Name: "http/ndjson", Open: httpOpen(true)},
 	}
 }
 
@@ -214,7 +214,7 @@ func TestStoreConformance(t *testing.T) {
 	os.Setenv("AUDITD_TEST_STORE_TOKEN", "s3cr$t")
 	t.Cleanup(func() { os.Unsetenv("AUDITD_TEST_STORE_TOKEN") })
 	for _, b := range storeBackends() {
-		t.Run(b.name, func(t *testing.T) {
+		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
 			Run(t, b)
 		})

@@ -48,109 +48,124 @@ type Fixture struct {
 func Run(t *testing.T, open func(t *testing.T, f Fixture) rederive.Ledger) {
 	f := newFixture(t)
 	lg := open(t, f)
-	ctx := context.Background()
+	t.Run("Logs", func(t *testing.T) { testLogs(t, lg) })
+	t.Run("Pin", func(t *testing.T) { testPin(t, lg, f) })
+	t.Run("Entries", func(t *testing.T) { testEntries(t, lg, f) })
+	t.Run("EntriesStop", func(t *testing.T) { testEntriesStop(t, lg) })
+	t.Run("EntriesCancelled", func(t *testing.T) { testEntriesCancelled(t, lg) })
+	t.Run("Prove", func(t *testing.T) { testProve(t, lg, f) })
+}
 
-	t.Run("Logs", func(t *testing.T) {
-		logs, err := lg.Logs(ctx)
+func testLogs(t *testing.T, lg rederive.Ledger) {
+	ctx := context.Background()
+	logs, err := lg.Logs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{BigLog, SmallLog, EmptyLog} {
+		if !slices.Contains(logs, want) {
+			t.Errorf("Logs() = %v, missing %s", logs, want)
+		}
+	}
+}
+
+func testPin(t *testing.T, lg rederive.Ledger, f Fixture) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		log  string
+		size uint64
+	}{{BigLog, BigSize}, {SmallLog, SmallSize}} {
+		p := pin(t, lg, c.log)
+		if p.Log != c.log || p.Size != c.size || p.Checkpoint == "" {
+			t.Errorf("Pin(%s) = %+v, want size %d with its checkpoint", c.log, p, c.size)
+		}
+		l, _ := f.Store.Log(c.log)
+		if root, err := l.RootAt(c.size); err != nil || root != p.Root {
+			t.Errorf("Pin(%s).Root = %x, the tree's is %x (%v)", c.log, p.Root, root, err)
+		}
+		if _, err := note.Open([]byte(p.Checkpoint), note.VerifierList(f.Verifier)); err != nil {
+			t.Errorf("Pin(%s).Checkpoint does not verify: %v", c.log, err)
+		}
+	}
+	// An empty log has no checkpoint of entries: none, or size 0.
+	if p, ok, err := lg.Pin(ctx, EmptyLog); err != nil || ok && p.Size != 0 {
+		t.Errorf("Pin(%s) = %+v, %v, %v; want none or size 0", EmptyLog, p, ok, err)
+	}
+}
+
+func testEntries(t *testing.T, lg rederive.Ledger, f Fixture) {
+	p := pin(t, lg, BigLog)
+	l, _ := f.Store.Log(BigLog)
+	r := lg.Reader(BigLog, p)
+	if r.Name() != BigLog {
+		t.Errorf("Reader.Name() = %q", r.Name())
+	}
+	// Whole, and ranges that neither start at 0 nor align with a
+	// batch or a page.
+	for _, rg := range [][2]uint64{{0, BigSize}, {1, 2}, {999, 1001}, {1023, 2049}, {1500, BigSize}, {7, 7}} {
+		recs, err := read(r, rg[0], rg[1])
+		if err != nil {
+			t.Fatalf("Entries[%d, %d): %v", rg[0], rg[1], err)
+		}
+		if uint64(len(recs)) != rg[1]-rg[0] {
+			t.Fatalf("Entries[%d, %d): %d records", rg[0], rg[1], len(recs))
+		}
+		for i, rec := range recs {
+			checkRecord(t, l, rec, rg[0]+uint64(i))
+		}
+	}
+}
+
+func testEntriesStop(t *testing.T, lg rederive.Ledger) {
+	ctx := context.Background()
+	p := pin(t, lg, BigLog)
+	stop := errors.New("stop")
+	n := 0
+	err := lg.Reader(BigLog, p).Entries(ctx, 0, BigSize, func(*ledger.Record) error {
+		if n++; n == 1100 {
+			return stop
+		}
+		return nil
+	})
+	if !errors.Is(err, stop) || n != 1100 {
+		t.Errorf("an error from fn: got %v after %d records, want it back after 1100", err, n)
+	}
+}
+
+func testEntriesCancelled(t *testing.T, lg rederive.Ledger) {
+	ctx := context.Background()
+	p := pin(t, lg, BigLog)
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	err := lg.Reader(BigLog, p).Entries(cctx, 0, BigSize, func(*ledger.Record) error { return nil })
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Entries with a cancelled context: %v", err)
+	}
+}
+
+func testProve(t *testing.T, lg rederive.Ledger, f Fixture) {
+	ctx := context.Background()
+	p := pin(t, lg, BigLog)
+	l, _ := f.Store.Log(BigLog)
+	for _, i := range []uint64{0, 1, 1023, 1024, BigSize - 1} {
+		proof, err := lg.Prove(ctx, BigLog, i, p)
+		if err != nil {
+			t.Fatalf("Prove(%d): %v", i, err)
+		}
+		rec, err := l.Entry(i)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, want := range []string{BigLog, SmallLog, EmptyLog} {
-			if !slices.Contains(logs, want) {
-				t.Errorf("Logs() = %v, missing %s", logs, want)
-			}
+		if err := merkle.VerifyInclusion(i, p.Size, rec.LeafHash, proof, p.Root); err != nil {
+			t.Errorf("Prove(%d) does not verify: %v", i, err)
 		}
-	})
-	t.Run("Pin", func(t *testing.T) {
-		for _, c := range []struct {
-			log  string
-			size uint64
-		}{{BigLog, BigSize}, {SmallLog, SmallSize}} {
-			p := pin(t, lg, c.log)
-			if p.Log != c.log || p.Size != c.size || p.Checkpoint == "" {
-				t.Errorf("Pin(%s) = %+v, want size %d with its checkpoint", c.log, p, c.size)
-			}
-			l, _ := f.Store.Log(c.log)
-			if root, err := l.RootAt(c.size); err != nil || root != p.Root {
-				t.Errorf("Pin(%s).Root = %x, the tree's is %x (%v)", c.log, p.Root, root, err)
-			}
-			if _, err := note.Open([]byte(p.Checkpoint), note.VerifierList(f.Verifier)); err != nil {
-				t.Errorf("Pin(%s).Checkpoint does not verify: %v", c.log, err)
-			}
-		}
-		// An empty log has no checkpoint of entries: none, or size 0.
-		if p, ok, err := lg.Pin(ctx, EmptyLog); err != nil || ok && p.Size != 0 {
-			t.Errorf("Pin(%s) = %+v, %v, %v; want none or size 0", EmptyLog, p, ok, err)
-		}
-	})
-	t.Run("Entries", func(t *testing.T) {
-		p := pin(t, lg, BigLog)
-		l, _ := f.Store.Log(BigLog)
-		r := lg.Reader(BigLog, p)
-		if r.Name() != BigLog {
-			t.Errorf("Reader.Name() = %q", r.Name())
-		}
-		// Whole, and ranges that neither start at 0 nor align with a
-		// batch or a page.
-		for _, rg := range [][2]uint64{{0, BigSize}, {1, 2}, {999, 1001}, {1023, 2049}, {1500, BigSize}, {7, 7}} {
-			recs, err := read(r, rg[0], rg[1])
-			if err != nil {
-				t.Fatalf("Entries[%d, %d): %v", rg[0], rg[1], err)
-			}
-			if uint64(len(recs)) != rg[1]-rg[0] {
-				t.Fatalf("Entries[%d, %d): %d records", rg[0], rg[1], len(recs))
-			}
-			for i, rec := range recs {
-				checkRecord(t, l, rec, rg[0]+uint64(i))
-			}
-		}
-	})
-	t.Run("EntriesStop", func(t *testing.T) {
-		p := pin(t, lg, BigLog)
-		stop := errors.New("stop")
-		n := 0
-		err := lg.Reader(BigLog, p).Entries(ctx, 0, BigSize, func(*ledger.Record) error {
-			if n++; n == 1100 {
-				return stop
-			}
-			return nil
-		})
-		if !errors.Is(err, stop) || n != 1100 {
-			t.Errorf("an error from fn: got %v after %d records, want it back after 1100", err, n)
-		}
-	})
-	t.Run("EntriesCancelled", func(t *testing.T) {
-		p := pin(t, lg, BigLog)
-		cctx, cancel := context.WithCancel(ctx)
-		cancel()
-		err := lg.Reader(BigLog, p).Entries(cctx, 0, BigSize, func(*ledger.Record) error { return nil })
-		if !errors.Is(err, context.Canceled) {
-			t.Errorf("Entries with a cancelled context: %v", err)
-		}
-	})
-	t.Run("Prove", func(t *testing.T) {
-		p := pin(t, lg, BigLog)
-		l, _ := f.Store.Log(BigLog)
-		for _, i := range []uint64{0, 1, 1023, 1024, BigSize - 1} {
-			proof, err := lg.Prove(ctx, BigLog, i, p)
-			if err != nil {
-				t.Fatalf("Prove(%d): %v", i, err)
-			}
-			rec, err := l.Entry(i)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := merkle.VerifyInclusion(i, p.Size, rec.LeafHash, proof, p.Root); err != nil {
-				t.Errorf("Prove(%d) does not verify: %v", i, err)
-			}
-		}
-		// A pin whose root is not the tree's: the proof does not check out.
-		bad := p
-		bad.Root[0] ^= 1
-		if _, err := lg.Prove(ctx, BigLog, 5, bad); !errors.Is(err, rederive.ErrVerification) {
-			t.Errorf("Prove against a wrong root: %v, want ErrVerification", err)
-		}
-	})
+	}
+	// A pin whose root is not the tree's: the proof does not check out.
+	bad := p
+	bad.Root[0] ^= 1
+	if _, err := lg.Prove(ctx, BigLog, 5, bad); !errors.Is(err, rederive.ErrVerification) {
+		t.Errorf("Prove against a wrong root: %v, want ErrVerification", err)
+	}
 }
 
 // newFixture opens a ledger in a temporary directory with the suite's

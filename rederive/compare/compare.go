@@ -15,7 +15,7 @@ import (
 	"github.com/auditd/auditd/rederive/store"
 )
 
-// CompareConfig says how expected and actual values compare.
+// Config says how expected and actual values compare.
 type Config struct {
 	// Tolerance allows numbers to differ by up to an absolute amount, per
 	// field path ("" for a scalar value, "amount" for a field, "totals.eur"
@@ -70,7 +70,7 @@ type Drift struct {
 	Fields   []FieldDiff `json:"fields,omitempty"`
 }
 
-// CompareStats counts what Compare met. Matched + Missing + Mismatched is
+// Stats counts what Compare met. Matched + Missing + Mismatched is
 // Keys; Missing + Extra + Mismatched is the number of drifts reported.
 type Stats struct {
 	// Rows is the number of rows read from the store.

@@ -17,7 +17,7 @@ import (
 	"github.com/auditd/auditd/merkle"
 )
 
-// FoldOptions tunes Fold and Lineage. The zero value is usable.
+// Options tunes Fold and Lineage. The zero value is usable.
 type Options struct {
 	// Workers is the number of goroutines that read and prepare entries,
 	// and the number that apply steps (default runtime.GOMAXPROCS(0)).
@@ -53,7 +53,7 @@ type EventRef struct {
 // returns a new Result and may share states with it.
 type Result struct {
 	Derivation string
-	// Fingerprint is FoldOptions.Fingerprint of the folds that made it.
+	// Fingerprint is Options.Fingerprint of the folds that made it.
 	Fingerprint string
 	// Pins are the source logs' prefixes the result covers, sorted by log
 	// name.

@@ -6,7 +6,7 @@ import (
 )
 
 // Compile checks a spec and compiles its CEL expressions into a
-// Derivation. Errors are *SpecError, joined.
+// Derivation. Errors are *Error, joined.
 func Compile(s *Spec) (fold.Derivation, error) {
 	errs := s.check()
 	d, cerrs := compileCEL(s)

@@ -4,7 +4,7 @@ import (
 	"testing"
 )
 
-// FuzzParseSpecs checks that ParseSpecs never panics, that every error it
+// FuzzParseSpecs checks that Parse never panics, that every error it
 // returns is placed in the file, and that the specs it accepts compile.
 func FuzzParseSpecs(f *testing.F) {
 	f.Add([]byte(validSpecYAML))

@@ -26,7 +26,7 @@ import (
 // Spec is one derivation declared in YAML (see docs/derivations.md). A file
 // holds a list of them under the top-level key "derivations".
 //
-// ParseSpecs fills in the defaults named below for fields absent from the
+// Parse fills in the defaults named below for fields absent from the
 // YAML. A Spec built in Go gets no defaults: set every field you rely on.
 type Spec struct {
 	// Name identifies the derivation: [a-z0-9][a-z0-9_.-]*, at most 128
@@ -96,7 +96,7 @@ const (
 	specDefaultFullInterval = time.Hour
 )
 
-// SpecError is an error in a derivation spec, placed at the file, line and
+// Error is an error in a derivation spec, placed at the file, line and
 // column it concerns. For a CEL error the position is that of the offending
 // token inside the expression, where the YAML allows placing it.
 type Error struct {
@@ -143,9 +143,9 @@ func joinErrors(errs []*Error) error {
 	return errors.Join(all...)
 }
 
-// LoadSpecs reads and parses derivation spec files. Names must be unique
+// Load reads and parses derivation spec files. Names must be unique
 // across all of them. Every error of every file is reported (errors.Join of
-// *SpecError).
+// *Error).
 func Load(paths ...string) ([]*Spec, error) {
 	var specs []*Spec
 	var errs []error
@@ -178,10 +178,10 @@ func Load(paths ...string) ([]*Spec, error) {
 	return specs, nil
 }
 
-// ParseSpecs parses one spec file: a YAML mapping whose only key is
+// Parse parses one spec file: a YAML mapping whose only key is
 // "derivations", a list of Spec. file names the file in errors. Unknown
 // fields are errors; CEL expressions are compiled and type-checked. Every
-// error of the file is reported (errors.Join of *SpecError).
+// error of the file is reported (errors.Join of *Error).
 func Parse(file string, data []byte) ([]*Spec, error) {
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {

@@ -13,7 +13,7 @@ import (
 	"github.com/auditd/auditd/rederive/store"
 )
 
-// specErrs flattens a joined error into its *SpecErrors.
+// specErrs flattens a joined error into its *Errors.
 func specErrs(t *testing.T, err error) []*Error {
 	t.Helper()
 	var out []*Error

@@ -13,7 +13,7 @@ import (
 	"strings"
 )
 
-// OpenStore returns the Store c describes. It does no I/O: an unreachable
+// Open returns the Store c describes. It does no I/O: an unreachable
 // store shows up in the first Scan or Watermarks. Every error it returns
 // wraps ErrStore.
 //

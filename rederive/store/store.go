@@ -48,7 +48,7 @@ type Store interface {
 // malformed rows): a run that meets it ends in state error, never drift.
 var ErrStore = errors.New("rederive: derived store")
 
-// StoreConfig says where a derivation's derived store is and how to read
+// Config says where a derivation's derived store is and how to read
 // it. Exactly one of Postgres, Redis, File and HTTP is set.
 type Config struct {
 	Postgres *PostgresConfig `yaml:"postgres,omitempty" json:"postgres,omitempty"`

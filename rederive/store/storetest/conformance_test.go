@@ -329,7 +329,7 @@ func TestStoreFailures(t *testing.T) {
 	}
 }
 
-// TestStoreOpenErrors checks configs OpenStore refuses.
+// TestStoreOpenErrors checks configs store.Open refuses.
 func TestStoreOpenErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name string

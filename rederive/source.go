@@ -99,6 +99,10 @@ func (s LocalLedger) Prove(_ context.Context, log string, index uint64, p fold.P
 	return proof, nil
 }
 
+var _ fold.LogReader = errReader{}
+
+// errReader is a reader of a log that could not be opened: every read
+// returns err.
 type errReader struct {
 	name string
 	err  error
@@ -167,6 +171,10 @@ func (r *RemoteLedger) Prove(ctx context.Context, log string, index uint64, p fo
 	return proof, nil
 }
 
+var _ fold.LogReader = (*remoteLog)(nil)
+
+// remoteLog reads one log of a RemoteLedger up to its pin, proving every
+// page it reads.
 type remoteLog struct {
 	r    *RemoteLedger
 	name string

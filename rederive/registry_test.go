@@ -13,7 +13,7 @@ import (
 	"github.com/auditd/auditd/rederive/store"
 )
 
-// counter is a derivation written in Go: events per key.
+// Counter is a derivation written in Go: events per key.
 type Counter struct{}
 
 func (Counter) Name() string { return "order-count" }

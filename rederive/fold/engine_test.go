@@ -24,7 +24,7 @@ import (
 	"github.com/auditd/auditd/ledger"
 )
 
-// openFoldStore opens a ledger store in dir with a fresh key.
+// OpenFoldStore opens a ledger store in dir with a fresh key.
 func OpenFoldStore(tb testing.TB, dir string) *ledger.Store {
 	tb.Helper()
 	skey, vkey, err := note.GenerateKey(rand.Reader, "rederive-test.example")

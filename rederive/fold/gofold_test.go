@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// goBalances is a derivation written in Go for the engine's tests: account
+// GoBalances is a derivation written in Go for the engine's tests: account
 // balances from JSON events
 //
 //	{"type": "payment", "account": "a1", "amount": 5}

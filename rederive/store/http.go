@@ -58,17 +58,17 @@ func openHTTP(c HTTPConfig) (*httpStore, error) {
 	}
 	headers := make(map[string]string, len(c.Headers))
 	for k, v := range c.Headers {
-		hv, err := ExpandEnvSet("http header "+k, v)
+		hv, err := expandEnvSet("http header "+k, v)
 		if err != nil {
 			return nil, err
 		}
 		headers[k] = hv
 	}
-	url, err := ExpandEnvSet("http url", c.URL)
+	url, err := expandEnvSet("http url", c.URL)
 	if err != nil {
 		return nil, err
 	}
-	wmURL, err := ExpandEnvSet("http watermark_url", c.WatermarkURL)
+	wmURL, err := expandEnvSet("http watermark_url", c.WatermarkURL)
 	if err != nil {
 		return nil, err
 	}

@@ -139,7 +139,7 @@ func scalarText(s string) any {
 	return s
 }
 
-// isJSONNumber reports whether s is a number in the JSON grammar
+// IsJSONNumber reports whether s is a number in the JSON grammar
 // (RFC 8259 section 6).
 func IsJSONNumber(s string) bool {
 	i := 0
@@ -186,7 +186,7 @@ func IsJSONNumber(s string) bool {
 
 func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
-// formatFloat renders f as encoding/json does (shortest text that reads
+// FormatFloat renders f as encoding/json does (shortest text that reads
 // back as f; exponent form below 1e-6 and from 1e21), as a json.Number,
 // or as the string "NaN", "Infinity" or "-Infinity", which JSON cannot
 // hold as numbers. bits is 32 for a float4, whose shortest text is that of
@@ -218,7 +218,7 @@ func FormatFloat(f float64, bits int) any {
 	return json.Number(b)
 }
 
-// decodeJSON decodes one JSON value, numbers as json.Number, and rejects
+// DecodeJSON decodes one JSON value, numbers as json.Number, and rejects
 // anything after it but white space.
 func DecodeJSON(b []byte) (any, error) {
 	d := json.NewDecoder(bytes.NewReader(b))
@@ -264,7 +264,7 @@ func parseMarks(b []byte) (map[string]uint64, error) {
 // expandEnvSet is expandEnv that refuses a ${NAME} whose variable is not
 // set: an unset ${BAL_DSN} must not become "" and quietly connect to a
 // default database. A variable set to "" is taken as given.
-func ExpandEnvSet(what, s string) (string, error) {
+func expandEnvSet(what, s string) (string, error) {
 	for rest := s; ; {
 		i := strings.Index(rest, "${")
 		if i < 0 {

@@ -56,7 +56,7 @@ type pgStore struct {
 var _ Store = (*pgStore)(nil)
 
 func openPostgres(c PostgresConfig) (*pgStore, error) {
-	dsn, err := ExpandEnvSet("postgres dsn", c.DSN)
+	dsn, err := expandEnvSet("postgres dsn", c.DSN)
 	if err != nil {
 		return nil, err
 	}

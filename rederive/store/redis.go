@@ -44,7 +44,7 @@ const redisScanCount = 1000
 func openRedis(c RedisConfig) (*redisStore, error) {
 	var vals [3]string
 	for i, f := range []struct{ what, v string }{{"redis addr", c.Addr}, {"redis username", c.Username}, {"redis password", c.Password}} {
-		v, err := ExpandEnvSet(f.what, f.v)
+		v, err := expandEnvSet(f.what, f.v)
 		if err != nil {
 			return nil, err
 		}
@@ -77,7 +77,7 @@ func openRedis(c RedisConfig) (*redisStore, error) {
 	return &redisStore{client: client, name: name, pattern: pattern, prefix: c.Prefix, typ: typ, wmKey: c.WatermarkKey}, nil
 }
 
-// escapeGlob quotes the characters SCAN MATCH treats specially.
+// EscapeGlob quotes the characters SCAN MATCH treats specially.
 func EscapeGlob(s string) string {
 	var b strings.Builder
 	for _, r := range s {

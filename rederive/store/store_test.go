@@ -24,6 +24,14 @@ func TestStoreExpandEnv(t *testing.T) {
 		if got := expandEnv(in); got != want {
 			t.Errorf("expandEnv(%q) = %q, want %q", in, got, want)
 		}
+	} // expandEnvSet (the stores' rule) refuses an unset variable, and takes
+	// one set, even to "", as given.
+	t.Setenv("AUDITD_TEST_EMPTY", "")
+	if got, err := expandEnvSet("x", "a${AUDITD_TEST_EMPTY}b"); err != nil || got != "ab" {
+		t.Errorf("a variable set to empty: %q, %v", got, err)
+	}
+	if _, err := expandEnvSet("x", "${AUDITD_TEST_UNSET}"); err == nil {
+		t.Errorf("an unset variable expanded")
 	}
 }
 

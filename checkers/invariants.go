@@ -16,7 +16,7 @@ import (
 	"cel.dev/cel-go/ext"
 
 	"github.com/auditd/auditd/ledger"
-	"github.com/auditd/auditd/rederive"
+	"github.com/auditd/auditd/rederive/fold"
 )
 
 // InvariantSpec is a condition a derivation's state must meet after each
@@ -231,7 +231,7 @@ func celSum(v ref.Val) ref.Val {
 
 // InvariantTarget is a derivation and its invariants.
 type InvariantTarget struct {
-	Derivation rederive.Derivation
+	Derivation fold.Derivation
 	Invariants *Invariants
 	// Lineage is how many of the last entries applied to a key a per-key
 	// finding carries, with their inclusion proofs (the derivation spec's
@@ -273,7 +273,7 @@ func (c *InvariantCheck) Run(ctx context.Context, p Progress) error {
 	var errs []error
 	for _, t := range c.targets {
 		name := t.Derivation.Name()
-		res, err := rederive.LoadResult(c.bucket, t.Derivation)
+		res, err := fold.LoadResult(c.bucket, t.Derivation)
 		if errors.Is(err, ledger.ErrNotFound) {
 			continue
 		}

@@ -11,7 +11,8 @@ import (
 
 	"github.com/auditd/auditd/checkers"
 	"github.com/auditd/auditd/ledger"
-	"github.com/auditd/auditd/rederive"
+	"github.com/auditd/auditd/rederive/fold"
+	"github.com/auditd/auditd/rederive/spec"
 )
 
 // sorted yields m's keys in order with their values.
@@ -144,7 +145,7 @@ func TestInvariantCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	specs, err := rederive.ParseSpecs("bal.yaml", []byte(`derivations:
+	specs, err := spec.Parse("bal.yaml", []byte(`derivations:
   - name: bal
     sources: [pay]
     store: {file: {path: x.jsonl}}
@@ -155,7 +156,7 @@ func TestInvariantCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := rederive.Compile(specs[0])
+	d, err := spec.Compile(specs[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,17 +181,17 @@ func TestInvariantCheck(t *testing.T) {
 	}
 	save := func(keys ...string) {
 		t.Helper()
-		r := &rederive.Result{Derivation: "bal", Pins: []rederive.Pin{{Log: "pay", Size: 1}},
-			States: map[string]rederive.State{}, Newest: map[string]rederive.EventRef{}}
+		r := &fold.Result{Derivation: "bal", Pins: []fold.Pin{{Log: "pay", Size: 1}},
+			States: map[string]fold.State{}, Newest: map[string]fold.EventRef{}}
 		for _, k := range keys {
 			s, err := d.Initial(k)
 			if err != nil {
 				t.Fatal(err)
 			}
 			r.States[k] = s
-			r.Newest[k] = rederive.EventRef{Log: "pay"}
+			r.Newest[k] = fold.EventRef{Log: "pay"}
 		}
-		if err := rederive.SaveResult(b, d, r); err != nil {
+		if err := fold.SaveResult(b, d, r); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/auditd/auditd/rederive/store"
 )
 
 // ErrUnknownDerivation is returned for a derivation name no job has.
@@ -15,12 +17,19 @@ var ErrUnknownDerivation = errors.New("rederive: unknown derivation")
 // and a full fold from zero every FullInterval (which also checks the
 // incremental path). Runs of one derivation never overlap.
 type Daemon struct {
-	runner *Runner
-	jobs   map[string]*daemonJob
-	names  []string
-	// OnReport, if set before Run, is called after every run (alerts).
-	OnReport func(Job, *Report)
+	runner   *Runner
+	jobs     map[string]*daemonJob
+	names    []string
+	onReport func(Job, *Report)
 }
+
+// A DaemonOption configures a Daemon.
+type DaemonOption func(*Daemon)
+
+// WithOnReport has fn called after every run, with its report (alerts,
+// the invariant check). fn runs on the job's goroutine: the job's next run
+// waits for it.
+func WithOnReport(fn func(Job, *Report)) DaemonOption { return func(d *Daemon) { d.onReport = fn } }
 
 type daemonJob struct {
 	job     Job
@@ -32,13 +41,16 @@ type daemonJob struct {
 }
 
 // NewDaemon returns a daemon for jobs, whose names must be unique.
-func NewDaemon(r *Runner, jobs []Job) *Daemon {
+func NewDaemon(r *Runner, jobs []Job, opts ...DaemonOption) *Daemon {
 	d := &Daemon{runner: r, jobs: map[string]*daemonJob{}}
+	for _, o := range opts {
+		o(d)
+	}
 	for _, j := range jobs {
 		name := j.Derivation.Name()
 		dj := &daemonJob{job: j, trigger: make(chan bool, 1)}
-		if r.Bucket != nil {
-			if rep, err := LatestReport(r.Bucket, name); err == nil {
+		if r.bucket != nil {
+			if rep, err := LatestReport(r.bucket, name); err == nil {
 				dj.latest = rep
 			}
 		}
@@ -102,8 +114,8 @@ func (d *Daemon) loop(ctx context.Context, j *daemonJob) {
 			j.latest = rep
 		}
 		j.mu.Unlock()
-		if err == nil && d.OnReport != nil {
-			d.OnReport(j.job, rep)
+		if err == nil && d.onReport != nil {
+			d.onReport(j.job, rep)
 		}
 		if !timer.Stop() {
 			select {
@@ -142,17 +154,17 @@ func (d *Daemon) Trigger(name string, full bool) error {
 
 // JobInfo summarises a derivation for GET /v1/derivations.
 type JobInfo struct {
-	Name         string    `json:"name"`
-	Sources      []string  `json:"sources"`
-	Store        string    `json:"store"`
-	Interval     Duration  `json:"interval"`
-	FullInterval Duration  `json:"full_interval"`
-	Running      bool      `json:"running"`
-	LastState    string    `json:"last_state,omitempty"`
-	LastRunAt    time.Time `json:"last_run_at,omitzero"`
-	Confirmed    int       `json:"confirmed"`
-	Pending      int       `json:"pending"`
-	File         string    `json:"file,omitempty"`
+	Name         string         `json:"name"`
+	Sources      []string       `json:"sources"`
+	Store        string         `json:"store"`
+	Interval     store.Duration `json:"interval"`
+	FullInterval store.Duration `json:"full_interval"`
+	Running      bool           `json:"running"`
+	LastState    string         `json:"last_state,omitempty"`
+	LastRunAt    time.Time      `json:"last_run_at,omitzero"`
+	Confirmed    int            `json:"confirmed"`
+	Pending      int            `json:"pending"`
+	File         string         `json:"file,omitempty"`
 }
 
 // Jobs lists the derivations in name order.

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/auditd/auditd/rederive/compare"
 )
 
 // WriteTable writes a readable summary of reports, one line per
@@ -47,9 +49,9 @@ func WriteTable(w io.Writer, reports []*Report) error {
 // describe says in a line what differs.
 func describe(d DriftReport) string {
 	switch d.Kind {
-	case DriftMissing:
+	case compare.DriftMissing:
 		return "expected " + compact(d.Expected) + ", absent from the store"
-	case DriftExtra:
+	case compare.DriftExtra:
 		return "store has " + compact(d.Actual) + ", nothing derives it"
 	}
 	var parts []string

@@ -3,8 +3,6 @@ package rederive
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,122 +10,78 @@ import (
 	"sort"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/auditd/auditd/ledger"
-	"github.com/auditd/auditd/merkle"
-)
-
-// Run states.
-const (
-	StateClean   = "clean"   // every key matched
-	StatePending = "pending" // mismatches, none confirmed yet
-	StateDrift   = "drift"   // confirmed drift
-	StateError   = "error"   // the run could not judge the store
-)
-
-// Error kinds of a run in state error.
-const (
-	ErrKindStore        = "store"        // the derived store is down or returned malformed rows
-	ErrKindDerivation   = "derivation"   // derivation errors beyond the budget
-	ErrKindVerification = "verification" // the ledger did not check out against its checkpoints
-	ErrKindLedger       = "ledger"       // the ledger could not be read, or no log matches
-)
-
-// Limits of one report.
-const (
-	MaxReportedDrift = 1000 // drifts listed in a report (all are counted)
-	MaxLineageKeys   = 100  // drifted keys whose lineage is collected
-	maxTrackedDrift  = 100_000
+	"github.com/auditd/auditd/rederive/compare"
+	"github.com/auditd/auditd/rederive/fold"
+	"github.com/auditd/auditd/rederive/spec"
+	"github.com/auditd/auditd/rederive/store"
 )
 
 // Job is a derivation to check: a compiled derivation and its spec (the
 // store, comparison and timeliness settings; for a derivation registered
 // from Go, a spec without expressions).
 type Job struct {
-	Spec       *Spec
-	Derivation Derivation
-}
-
-// Report is the outcome of one run of a derivation.
-type Report struct {
-	Derivation string `json:"derivation"`
-	Mode       string `json:"mode"` // "full" or "incremental"
-	State      string `json:"state"`
-	ErrorKind  string `json:"error_kind,omitempty"`
-	// Waiting says why a pending run judged nothing (no source log has a
-	// signed checkpoint yet).
-	Waiting   string    `json:"waiting,omitempty"`
-	Error     string    `json:"error,omitempty"`
-	StartedAt time.Time `json:"started_at"`
-	Seconds   float64   `json:"duration_seconds"`
-	// Pins are the ledger prefixes the expected values were computed at.
-	Pins []Pin `json:"pins"`
-	// Watermarks are the sizes the store reported having applied.
-	Watermarks map[string]uint64 `json:"watermarks,omitempty"`
-	Events     uint64            `json:"events_folded"`
-	Keys       int               `json:"keys"`
-	Stats      CompareStats      `json:"compare"`
-	Confirmed  int               `json:"confirmed"`
-	Pending    int               `json:"pending"`
-	// Drift lists up to MaxReportedDrift drifted keys, confirmed first.
-	Drift []DriftReport `json:"drift"`
-	// DerivationErrors counts events whose filter, key or step failed.
-	DerivationErrors int          `json:"derivation_errors"`
-	Errors           []EventError `json:"errors,omitempty"`
-	// IncrementalMismatch lists keys where a full fold disagreed with the
-	// incremental state it checked (empty when they agree).
-	IncrementalMismatch []string `json:"incremental_mismatch,omitempty"`
-}
-
-// DriftReport is one drifted key with the evidence behind its expected
-// value.
-type DriftReport struct {
-	Drift
-	// Status is "confirmed" or "pending".
-	Status string `json:"status"`
-	// Runs is how many consecutive runs have seen this key drift.
-	Runs int `json:"runs"`
-	// Newest is the newest ledger entry that contributed to the key.
-	Newest *EventRef `json:"newest_event,omitempty"`
-	// Lineage is the last entries that produced the expected value, oldest
-	// first, each with its inclusion proof in its pinned tree.
-	Lineage []Evidence `json:"lineage,omitempty"`
-}
-
-// Evidence is a ledger entry and the proof that it is in a signed tree.
-type Evidence struct {
-	EventRef
-	TreeSize uint64        `json:"tree_size"`
-	Proof    []merkle.Hash `json:"inclusion_proof"`
+	Spec       *spec.Spec
+	Derivation fold.Derivation
 }
 
 // Runner runs derivation checks against a ledger.
 type Runner struct {
-	Ledger Ledger
-	// Bucket keeps state between runs (incremental results, drift
-	// confirmation, latest reports); nil runs statelessly (auditd verify).
-	Bucket *ledger.Bucket
-	// NoMatchIsError makes sources that match no log at all an error
-	// (auditd verify: a one-off check of a named log). Otherwise such a
-	// run, like one whose logs have no signed checkpoint yet, is pending.
-	NoMatchIsError bool
-	Workers        int
-	Logger         *slog.Logger
-	Metrics        *Metrics
-	// Now is the clock for the grace period (default time.Now). Folds
-	// never see it.
-	Now func() time.Time
-	// Progress, if set, receives fold progress.
-	Progress func(derivation string, done, total uint64)
+	ledger         Ledger
+	bucket         *ledger.Bucket
+	noMatchIsError bool
+	workers        int
+	logger         *slog.Logger
+	metrics        *Metrics
+	now            func() time.Time
+	progress       func(derivation string, done, total uint64)
 }
 
-// Fingerprint identifies a spec's derivation logic: a changed source,
-// filter, key, initial or step forces a full fold.
-func Fingerprint(s *Spec) string {
-	b, _ := json.Marshal([]any{s.Name, s.Sources, s.Decode, s.Filter, s.Key, s.Initial, s.Step})
-	h := sha256.Sum256(b)
-	return hex.EncodeToString(h[:16])
+// A RunnerOption configures a Runner.
+type RunnerOption func(*Runner)
+
+// WithBucket keeps state between runs in b (incremental results, drift
+// confirmation, latest reports). Without it the runner runs statelessly
+// (auditd verify).
+func WithBucket(b *ledger.Bucket) RunnerOption { return func(r *Runner) { r.bucket = b } }
+
+// WithNoMatchIsError makes sources that match no log at all an error
+// (auditd verify: a one-off check of a named log). Otherwise such a run,
+// like one whose logs have no signed checkpoint yet, is pending.
+func WithNoMatchIsError() RunnerOption { return func(r *Runner) { r.noMatchIsError = true } }
+
+// WithWorkers sets the fold's workers (default: fold's default,
+// GOMAXPROCS).
+func WithWorkers(n int) RunnerOption { return func(r *Runner) { r.workers = n } }
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) RunnerOption { return func(r *Runner) { r.logger = l } }
+
+// WithMetrics records each run in m.
+func WithMetrics(m *Metrics) RunnerOption { return func(r *Runner) { r.metrics = m } }
+
+// WithClock sets the clock of the grace period (default time.Now). Folds
+// never see it.
+func WithClock(now func() time.Time) RunnerOption { return func(r *Runner) { r.now = now } }
+
+// WithProgress has fn receive fold progress.
+func WithProgress(fn func(derivation string, done, total uint64)) RunnerOption {
+	return func(r *Runner) { r.progress = fn }
+}
+
+// NewRunner returns a runner that checks derivations against lg.
+func NewRunner(lg Ledger, opts ...RunnerOption) *Runner {
+	r := &Runner{ledger: lg}
+	for _, o := range opts {
+		o(r)
+	}
+	if r.logger == nil {
+		r.logger = slog.Default()
+	}
+	if r.now == nil {
+		r.now = time.Now
+	}
+	return r
 }
 
 // Run checks one derivation. full folds from zero; otherwise the run
@@ -135,179 +89,69 @@ func Fingerprint(s *Spec) string {
 // is in state error when the run could not judge the store; err is
 // reserved for a cancelled context.
 func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
-	now := time.Now
-	if r.Now != nil {
-		now = r.Now
-	}
-	logger := r.Logger
-	if logger == nil {
-		logger = slog.Default()
-	}
-	spec, d := job.Spec, job.Derivation
+	now, logger := r.now, r.logger
+	sp, d := job.Spec, job.Derivation
 	start := time.Now()
 	rep := &Report{Derivation: d.Name(), Mode: "full", StartedAt: now().UTC(), Drift: []DriftReport{}}
-	fail := func(kind string, err error) (*Report, error) {
+	fail := func(f *runFailure) (*Report, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		rep.State, rep.ErrorKind, rep.Error = StateError, kind, err.Error()
+		rep.State, rep.ErrorKind, rep.Error = StateError, f.kind, f.err.Error()
 		rep.Seconds = time.Since(start).Seconds()
 		r.finish(rep)
-		logger.Error("derivation run failed", "derivation", rep.Derivation, "kind", kind, "err", err)
+		logger.Error("derivation run failed", "derivation", rep.Derivation, "kind", f.kind, "err", f.err)
 		return rep, nil
 	}
 
-	// Pin each source log at its latest signed checkpoint.
-	all, err := r.Ledger.Logs(ctx)
-	if err != nil {
-		return fail(ledgerKind(err), err)
-	}
-	logs := matchLogs(all, d.Sources())
-	var cps []Pin
-	for _, l := range logs {
-		p, ok, err := r.Ledger.Pin(ctx, l)
-		if err != nil {
-			return fail(ledgerKind(err), fmt.Errorf("checkpoint of %s: %w", l, err))
-		}
-		// An empty log (no checkpoint, or one of size 0) has nothing to
-		// judge yet.
-		if ok && p.Size > 0 {
-			cps = append(cps, p)
-		}
-	}
-	if len(logs) == 0 && r.NoMatchIsError {
-		return fail(ErrKindLedger, fmt.Errorf("no log matches the sources %v", d.Sources()))
+	cps, f := r.pins(ctx, d)
+	if f != nil {
+		return fail(f)
 	}
 	if len(cps) == 0 {
 		// Nothing to judge yet (a fresh daemon before its first events):
 		// pending, as verify treats empty logs, not a derivation error.
 		rep.State = StatePending
 		rep.Waiting = fmt.Sprintf("no source log matching %v has a signed checkpoint of entries yet", d.Sources())
-		rep.Pins = []Pin{}
+		rep.Pins = []fold.Pin{}
 		rep.Seconds = time.Since(start).Seconds()
 		r.finish(rep)
 		logger.Info("derivation waiting for entries", "derivation", rep.Derivation, "sources", d.Sources())
 		return rep, nil
 	}
 
-	store, err := OpenStore(ctx, spec.Store)
+	st, err := store.Open(ctx, sp.Store)
 	if err != nil {
-		return fail(ErrKindStore, err)
+		return fail(&runFailure{ErrKindStore, err})
 	}
-	defer store.Close()
-	marks, hasMarks, err := store.Watermarks(ctx)
-	if err != nil {
-		return fail(ErrKindStore, fmt.Errorf("watermarks: %w", err))
+	defer st.Close()
+	spans, hasMarks, f := r.spans(ctx, rep, st, cps)
+	if f != nil {
+		return fail(f)
 	}
+	fullSpans := append([]fold.Span(nil), spans...)
 
-	// The spans to fold: up to the store's watermark when it reports one,
-	// else up to the checkpoint.
-	var spans, fullSpans []Span
-	for i, cp := range cps {
-		pin := cp
-		if hasMarks {
-			wm := marks[cp.Log]
-			if wm > cp.Size {
-				// The store applied entries not signed yet: judged at the
-				// older checkpoint, its newer values would be drift.
-				if cp, err = r.awaitPin(ctx, cp, wm); err != nil {
-					return fail(ledgerKind(err), fmt.Errorf("checkpoint of %s: %w", cp.Log, err))
-				}
-				cps[i], pin = cp, cp
-			}
-			if wm < cp.Size {
-				if pin, err = pinBelow(ctx, r.Ledger, cp.Log, wm, cp); err != nil {
-					return fail(ledgerKind(err), err)
-				}
-			}
-		}
-		reader := r.Ledger.Reader(cp.Log, cp)
-		spans = append(spans, Span{Reader: reader, From: 0, To: pin.Size, Pin: pin})
-	}
-	fullSpans = append(fullSpans, spans...)
-	if hasMarks {
-		rep.Watermarks = marks
-	}
-
-	opts := FoldOptions{Workers: r.Workers, ErrorBudget: spec.ErrorBudget, Fingerprint: Fingerprint(spec)}
-	if r.Progress != nil {
+	opts := fold.Options{Workers: r.workers, ErrorBudget: sp.ErrorBudget, Fingerprint: spec.Fingerprint(sp)}
+	if r.progress != nil {
 		name := d.Name()
-		opts.Progress = func(done, total uint64) { r.Progress(name, done, total) }
+		opts.Progress = func(done, total uint64) { r.progress(name, done, total) }
 	}
-	var base *Result
-	if r.Bucket != nil {
-		if b, err := LoadResult(r.Bucket, d); err == nil {
-			base = b
-		} else if !errors.Is(err, ledger.ErrNotFound) {
-			logger.Warn("saved derivation state unreadable; folding from zero", "derivation", d.Name(), "err", err)
-		}
+	res, f := r.fold(ctx, rep, d, spans, opts, full, logger)
+	if f != nil {
+		return fail(f)
 	}
-	if base != nil && !r.continues(ctx, base, spans, opts.Fingerprint) {
-		base = nil
-	}
-	var res *Result
-	if base != nil && !full {
-		rep.Mode = "incremental"
-		inc := make([]Span, len(spans))
-		for i, s := range spans {
-			inc[i] = s
-			if p, ok := base.Pin(s.Pin.Log); ok {
-				inc[i].From = p.Size
-			}
-		}
-		res, err = Fold(ctx, d, base, inc, opts)
-	} else {
-		res, err = Fold(ctx, d, nil, spans, opts)
-		if err == nil && base != nil {
-			// Check the incremental path: continue the saved result to
-			// the same pins and compare it with the full fold.
-			rep.IncrementalMismatch = r.checkIncremental(ctx, d, base, spans, opts, res)
-		}
-	}
-	if err != nil {
-		switch {
-		case errors.Is(err, ErrBudget):
-			if res != nil {
-				rep.DerivationErrors, rep.Errors = res.ErrorCount, res.Errors
-			}
-			return fail(ErrKindDerivation, err)
-		default:
-			return fail(ledgerKind(err), err)
-		}
-	}
-	rep.Pins, rep.Events, rep.Keys = res.Pins, res.Events, len(res.States)
-	rep.DerivationErrors, rep.Errors = res.ErrorCount, res.Errors
-	if r.Bucket != nil {
-		if err := SaveResult(r.Bucket, d, res); err != nil {
-			logger.Error("derivation state not saved; the next run folds more", "derivation", d.Name(), "err", err)
-		}
+	drifts, f := r.compare(ctx, rep, st, sp, d, res)
+	if f != nil {
+		return fail(f)
 	}
 
-	expected := make(map[string]any, len(res.States))
-	for k, st := range res.States {
-		v, err := d.Export(st)
-		if err != nil {
-			return fail(ErrKindDerivation, fmt.Errorf("export the state of key %q: %w", k, err))
-		}
-		expected[k] = v
-	}
-	var drifts []Drift
-	stats, err := Compare(ctx, store, expected, spec.Compare, func(dr Drift) error {
-		drifts = append(drifts, dr)
-		return nil
-	})
-	if err != nil {
-		return fail(ErrKindStore, err)
-	}
-	rep.Stats = stats
-
-	r.classify(rep, spec, res, drifts, hasMarks, now())
-	if err := r.attachLineage(ctx, rep, spec, d, fullSpans, cps, opts); err != nil {
+	r.classify(rep, sp, res, drifts, hasMarks, now())
+	if err := r.attachLineage(ctx, rep, sp, d, fullSpans, cps, opts); err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
 		if errors.Is(err, ErrVerification) {
-			return fail(ErrKindVerification, err)
+			return fail(&runFailure{ErrKindVerification, err})
 		}
 		logger.Warn("lineage not collected", "derivation", d.Name(), "err", err)
 	}
@@ -326,6 +170,154 @@ func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
 	return rep, nil
 }
 
+// runFailure ends a run in state error: its error kind and error.
+type runFailure struct {
+	kind string
+	err  error
+}
+
+// ledgerFailure is a failure to read the ledger.
+func ledgerFailure(err error) *runFailure { return &runFailure{ledgerKind(err), err} }
+
+// pins pins each source log of d at its latest signed checkpoint. An empty
+// log (no checkpoint, or one of size 0) has nothing to judge yet and is
+// left out.
+func (r *Runner) pins(ctx context.Context, d fold.Derivation) ([]fold.Pin, *runFailure) {
+	all, err := r.ledger.Logs(ctx)
+	if err != nil {
+		return nil, ledgerFailure(err)
+	}
+	logs := matchLogs(all, d.Sources())
+	var cps []fold.Pin
+	for _, l := range logs {
+		p, ok, err := r.ledger.Pin(ctx, l)
+		if err != nil {
+			return nil, ledgerFailure(fmt.Errorf("checkpoint of %s: %w", l, err))
+		}
+		if ok && p.Size > 0 {
+			cps = append(cps, p)
+		}
+	}
+	if len(logs) == 0 && r.noMatchIsError {
+		return nil, &runFailure{ErrKindLedger, fmt.Errorf("no log matches the sources %v", d.Sources())}
+	}
+	return cps, nil
+}
+
+// spans returns the spans to fold: up to the store's watermark when it
+// reports one (recorded on rep), else up to the checkpoint. A checkpoint
+// the store is ahead of is replaced in cps by a newer one.
+func (r *Runner) spans(ctx context.Context, rep *Report, st store.Store, cps []fold.Pin) ([]fold.Span, bool, *runFailure) {
+	marks, hasMarks, err := st.Watermarks(ctx)
+	if err != nil {
+		return nil, false, &runFailure{ErrKindStore, fmt.Errorf("watermarks: %w", err)}
+	}
+	var spans []fold.Span
+	for i, cp := range cps {
+		pin := cp
+		if hasMarks {
+			wm := marks[cp.Log]
+			if wm > cp.Size {
+				// The store applied entries not signed yet: judged at the
+				// older checkpoint, its newer values would be drift.
+				if cp, err = r.awaitPin(ctx, cp, wm); err != nil {
+					return nil, false, ledgerFailure(fmt.Errorf("checkpoint of %s: %w", cp.Log, err))
+				}
+				cps[i], pin = cp, cp
+			}
+			if wm < cp.Size {
+				if pin, err = pinBelow(ctx, r.ledger, cp.Log, wm, cp); err != nil {
+					return nil, false, ledgerFailure(err)
+				}
+			}
+		}
+		reader := r.ledger.Reader(cp.Log, cp)
+		spans = append(spans, fold.Span{Reader: reader, From: 0, To: pin.Size, Pin: pin})
+	}
+	if hasMarks {
+		rep.Watermarks = marks
+	}
+	return spans, hasMarks, nil
+}
+
+// fold folds d over spans: incrementally from the saved result when there
+// is one that continues to them and full is false, else from zero (then
+// checking the incremental path against the full fold). It saves the
+// result and records its figures on rep.
+func (r *Runner) fold(ctx context.Context, rep *Report, d fold.Derivation, spans []fold.Span, opts fold.Options, full bool, logger *slog.Logger) (*fold.Result, *runFailure) {
+	var base *fold.Result
+	if r.bucket != nil {
+		if b, err := fold.LoadResult(r.bucket, d); err == nil {
+			base = b
+		} else if !errors.Is(err, ledger.ErrNotFound) {
+			logger.Warn("saved derivation state unreadable; folding from zero", "derivation", d.Name(), "err", err)
+		}
+	}
+	if base != nil && !r.continues(ctx, base, spans, opts.Fingerprint) {
+		base = nil
+	}
+	var res *fold.Result
+	var err error
+	if base != nil && !full {
+		rep.Mode = "incremental"
+		inc := make([]fold.Span, len(spans))
+		for i, s := range spans {
+			inc[i] = s
+			if p, ok := base.Pin(s.Pin.Log); ok {
+				inc[i].From = p.Size
+			}
+		}
+		res, err = fold.Fold(ctx, d, base, inc, opts)
+	} else {
+		res, err = fold.Fold(ctx, d, nil, spans, opts)
+		if err == nil && base != nil {
+			// Check the incremental path: continue the saved result to
+			// the same pins and compare it with the full fold.
+			rep.IncrementalMismatch = r.checkIncremental(ctx, d, base, spans, opts, res)
+		}
+	}
+	if err != nil {
+		if errors.Is(err, fold.ErrBudget) {
+			if res != nil {
+				rep.DerivationErrors, rep.Errors = res.ErrorCount, res.Errors
+			}
+			return nil, &runFailure{ErrKindDerivation, err}
+		}
+		return nil, ledgerFailure(err)
+	}
+	rep.Pins, rep.Events, rep.Keys = res.Pins, res.Events, len(res.States)
+	rep.DerivationErrors, rep.Errors = res.ErrorCount, res.Errors
+	if r.bucket != nil {
+		if err := fold.SaveResult(r.bucket, d, res); err != nil {
+			logger.Error("derivation state not saved; the next run folds more", "derivation", d.Name(), "err", err)
+		}
+	}
+	return res, nil
+}
+
+// compare exports res's states and compares them with the store,
+// recording the figures on rep.
+func (r *Runner) compare(ctx context.Context, rep *Report, st store.Store, sp *spec.Spec, d fold.Derivation, res *fold.Result) ([]compare.Drift, *runFailure) {
+	expected := make(map[string]any, len(res.States))
+	for k, s := range res.States {
+		v, err := d.Export(s)
+		if err != nil {
+			return nil, &runFailure{ErrKindDerivation, fmt.Errorf("export the state of key %q: %w", k, err)}
+		}
+		expected[k] = v
+	}
+	var drifts []compare.Drift
+	stats, err := compare.Compare(ctx, st, expected, sp.Compare, func(dr compare.Drift) error {
+		drifts = append(drifts, dr)
+		return nil
+	})
+	if err != nil {
+		return nil, &runFailure{ErrKindStore, err}
+	}
+	rep.Stats = stats
+	return drifts, nil
+}
+
 // aheadWait bounds how long a run waits for a checkpoint that covers a
 // store's watermark; one is signed within a checkpoint interval of an
 // append.
@@ -333,7 +325,7 @@ const aheadWait = 5 * time.Second
 
 // awaitPin waits up to aheadWait for a signed checkpoint of p's log of at
 // least size and returns it, or the latest one seen if none comes.
-func (r *Runner) awaitPin(ctx context.Context, p Pin, size uint64) (Pin, error) {
+func (r *Runner) awaitPin(ctx context.Context, p fold.Pin, size uint64) (fold.Pin, error) {
 	deadline := time.Now().Add(aheadWait)
 	for wait := 10 * time.Millisecond; p.Size < size && time.Now().Before(deadline); wait = min(2*wait, 200*time.Millisecond) {
 		t := time.NewTimer(wait)
@@ -343,7 +335,7 @@ func (r *Runner) awaitPin(ctx context.Context, p Pin, size uint64) (Pin, error) 
 			return p, ctx.Err()
 		case <-t.C:
 		}
-		np, ok, err := r.Ledger.Pin(ctx, p.Log)
+		np, ok, err := r.ledger.Pin(ctx, p.Log)
 		if err != nil {
 			return p, err
 		}
@@ -356,7 +348,7 @@ func (r *Runner) awaitPin(ctx context.Context, p Pin, size uint64) (Pin, error) 
 
 // continues reports whether base can be continued to spans: same
 // derivation logic, and every pin of base is a prefix of the new span.
-func (r *Runner) continues(ctx context.Context, base *Result, spans []Span, fp string) bool {
+func (r *Runner) continues(ctx context.Context, base *fold.Result, spans []fold.Span, fp string) bool {
 	if base.Fingerprint != fp {
 		return false
 	}
@@ -370,7 +362,7 @@ func (r *Runner) continues(ctx context.Context, base *Result, spans []Span, fp s
 			if bp.Size > s.Pin.Size {
 				return false // the store's watermark went back: refold
 			}
-			if lg, ok := r.Ledger.(LocalLedger); ok && bp.Size > 0 {
+			if lg, ok := r.ledger.(LocalLedger); ok && bp.Size > 0 {
 				l, err := lg.Store.Log(bp.Log)
 				if err != nil {
 					return false
@@ -390,8 +382,8 @@ func (r *Runner) continues(ctx context.Context, base *Result, spans []Span, fp s
 
 // checkIncremental folds base forward to spans and returns the keys whose
 // state differs from the full fold's (nil when they agree).
-func (r *Runner) checkIncremental(ctx context.Context, d Derivation, base *Result, spans []Span, opts FoldOptions, full *Result) []string {
-	inc := make([]Span, len(spans))
+func (r *Runner) checkIncremental(ctx context.Context, d fold.Derivation, base *fold.Result, spans []fold.Span, opts fold.Options, full *fold.Result) []string {
+	inc := make([]fold.Span, len(spans))
 	for i, s := range spans {
 		inc[i] = s
 		if p, ok := base.Pin(s.Pin.Log); ok {
@@ -399,7 +391,7 @@ func (r *Runner) checkIncremental(ctx context.Context, d Derivation, base *Resul
 		}
 	}
 	opts.Progress = nil
-	res, err := Fold(ctx, d, base, inc, opts)
+	res, err := fold.Fold(ctx, d, base, inc, opts)
 	if err != nil {
 		return nil
 	}
@@ -424,7 +416,7 @@ func (r *Runner) checkIncremental(ctx context.Context, d Derivation, base *Resul
 	return diff
 }
 
-func sameState(d Derivation, a, b State) bool {
+func sameState(d fold.Derivation, a, b fold.State) bool {
 	x, err1 := d.Encode(a)
 	y, err2 := d.Encode(b)
 	return err1 == nil && err2 == nil && bytes.Equal(x, y)
@@ -439,19 +431,19 @@ type confirmation struct {
 // mismatch on a key whose newest event is younger than the grace period
 // is pending whatever the run count; otherwise a drift is confirmed once
 // it has persisted across ConfirmRuns runs.
-func (r *Runner) classify(rep *Report, spec *Spec, res *Result, drifts []Drift, hasMarks bool, now time.Time) {
+func (r *Runner) classify(rep *Report, sp *spec.Spec, res *fold.Result, drifts []compare.Drift, hasMarks bool, now time.Time) {
 	prev := map[string]confirmation{}
 	key := []byte("confirm/" + rep.Derivation)
-	if r.Bucket != nil {
-		if b, err := r.Bucket.Get(key); err == nil {
+	if r.bucket != nil {
+		if b, err := r.bucket.Get(key); err == nil {
 			_ = json.Unmarshal(b, &prev)
 		}
 	}
-	confirmRuns := max(spec.ConfirmRuns, 1)
-	if r.Bucket == nil {
+	confirmRuns := max(sp.ConfirmRuns, 1)
+	if r.bucket == nil {
 		confirmRuns = 1 // a single run (auditd verify) confirms at once
 	}
-	grace := time.Duration(spec.Grace)
+	grace := time.Duration(sp.Grace)
 	next := make(map[string]confirmation, len(drifts))
 	var confirmed, pending []DriftReport
 	for _, dr := range drifts {
@@ -483,10 +475,10 @@ func (r *Runner) classify(rep *Report, spec *Spec, res *Result, drifts []Drift, 
 	if len(rep.Drift) > MaxReportedDrift {
 		rep.Drift = rep.Drift[:MaxReportedDrift]
 	}
-	if r.Bucket != nil {
+	if r.bucket != nil {
 		b, _ := json.Marshal(next)
-		if err := r.Bucket.Set(key, b); err != nil && r.Logger != nil {
-			r.Logger.Warn("drift confirmation state not saved", "derivation", rep.Derivation, "err", err)
+		if err := r.bucket.Set(key, b); err != nil && r.logger != nil {
+			r.logger.Warn("drift confirmation state not saved", "derivation", rep.Derivation, "err", err)
 		}
 	}
 }
@@ -494,14 +486,14 @@ func (r *Runner) classify(rep *Report, spec *Spec, res *Result, drifts []Drift, 
 // attachLineage collects, for the reported drifted keys, the last entries
 // that produced their expected values, each with its inclusion proof in
 // the signed checkpoint (of cps) its span was read under.
-func (r *Runner) attachLineage(ctx context.Context, rep *Report, spec *Spec, d Derivation, spans []Span, cps []Pin, opts FoldOptions) error {
-	n := spec.Lineage
+func (r *Runner) attachLineage(ctx context.Context, rep *Report, sp *spec.Spec, d fold.Derivation, spans []fold.Span, cps []fold.Pin, opts fold.Options) error {
+	n := sp.Lineage
 	if n <= 0 || len(rep.Drift) == 0 {
 		return nil
 	}
 	keys := map[string]bool{}
 	for _, dr := range rep.Drift {
-		if dr.Kind == DriftExtra {
+		if dr.Kind == compare.DriftExtra {
 			continue // nothing derives it: no lineage
 		}
 		if len(keys) == MaxLineageKeys {
@@ -513,11 +505,11 @@ func (r *Runner) attachLineage(ctx context.Context, rep *Report, spec *Spec, d D
 		return nil
 	}
 	opts.Progress = nil
-	lin, err := Lineage(ctx, d, spans, keys, n, opts)
+	lin, err := fold.Lineage(ctx, d, spans, keys, n, opts)
 	if err != nil {
 		return err
 	}
-	signed := map[string]Pin{}
+	signed := map[string]fold.Pin{}
 	for _, cp := range cps {
 		signed[cp.Log] = cp
 	}
@@ -529,7 +521,7 @@ func (r *Runner) attachLineage(ctx context.Context, rep *Report, spec *Spec, d D
 			// root computed at the watermark is signed by no one, and a
 			// checkpoint fetched now may not be the one the pin names.
 			proveAt := signed[ref.Log]
-			proof, err := r.Ledger.Prove(ctx, ref.Log, ref.Index, proveAt)
+			proof, err := r.ledger.Prove(ctx, ref.Log, ref.Index, proveAt)
 			if err != nil {
 				return err
 			}
@@ -541,93 +533,12 @@ func (r *Runner) attachLineage(ctx context.Context, rep *Report, spec *Spec, d D
 
 // finish records the run's metrics and, in the daemon, its report.
 func (r *Runner) finish(rep *Report) {
-	if m := r.Metrics; m != nil {
+	if m := r.metrics; m != nil {
 		m.observe(rep)
 	}
-	if r.Bucket != nil {
+	if r.bucket != nil {
 		if b, err := json.Marshal(rep); err == nil {
-			_ = r.Bucket.Set([]byte("report/"+rep.Derivation), b)
+			_ = r.bucket.Set([]byte("report/"+rep.Derivation), b)
 		}
 	}
-}
-
-// LatestReport returns the saved report of a derivation's latest run.
-func LatestReport(b *ledger.Bucket, name string) (*Report, error) {
-	v, err := b.Get([]byte("report/" + name))
-	if err != nil {
-		return nil, err
-	}
-	var rep Report
-	if err := json.Unmarshal(v, &rep); err != nil {
-		return nil, err
-	}
-	return &rep, nil
-}
-
-func ledgerKind(err error) string {
-	if errors.Is(err, ErrVerification) {
-		return ErrKindVerification
-	}
-	return ErrKindLedger
-}
-
-// Metrics are the runner's Prometheus collectors, labelled by derivation
-// name only.
-type Metrics struct {
-	runs      *prometheus.CounterVec
-	duration  *prometheus.HistogramVec
-	events    *prometheus.CounterVec
-	keys      *prometheus.CounterVec
-	drift     *prometheus.GaugeVec
-	pending   *prometheus.GaugeVec
-	storeErrs *prometheus.CounterVec
-	derivErrs *prometheus.CounterVec
-	lastRun   *prometheus.GaugeVec
-}
-
-// NewMetrics returns the runner's collectors.
-func NewMetrics() *Metrics {
-	l := []string{"derivation"}
-	return &Metrics{
-		runs:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "derivation_runs_total", Help: "Derivation runs by outcome state (clean, pending, drift, error)."}, []string{"derivation", "state"}),
-		duration:  prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "derivation_run_duration_seconds", Help: "Duration of derivation runs.", Buckets: prometheus.ExponentialBuckets(0.01, 3, 10)}, l),
-		events:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "derivation_events_folded_total", Help: "Ledger entries folded by derivation runs."}, l),
-		keys:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "derivation_keys_compared_total", Help: "Keys compared with the derived store."}, l),
-		drift:     prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "derivation_drift_keys", Help: "Confirmed drifted keys in the latest run, by kind (missing, extra, mismatch)."}, []string{"derivation", "kind"}),
-		pending:   prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "derivation_pending_keys", Help: "Mismatched keys not confirmed yet (young or not repeated) in the latest run."}, l),
-		storeErrs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "derivation_store_errors_total", Help: "Runs that failed on the derived store (down, malformed rows)."}, l),
-		derivErrs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "derivation_event_errors_total", Help: "Events whose filter, key or step failed."}, l),
-		lastRun:   prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "derivation_last_run_timestamp_seconds", Help: "When the latest run of the derivation finished."}, l),
-	}
-}
-
-// Collectors returns the collectors to register.
-func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.runs, m.duration, m.events, m.keys, m.drift, m.pending, m.storeErrs, m.derivErrs, m.lastRun}
-}
-
-func (m *Metrics) observe(rep *Report) {
-	name := rep.Derivation
-	m.runs.WithLabelValues(name, rep.State).Inc()
-	m.duration.WithLabelValues(name).Observe(rep.Seconds)
-	m.events.WithLabelValues(name).Add(float64(rep.Events))
-	m.keys.WithLabelValues(name).Add(float64(rep.Stats.Keys))
-	m.derivErrs.WithLabelValues(name).Add(float64(rep.DerivationErrors))
-	m.lastRun.WithLabelValues(name).SetToCurrentTime()
-	if rep.State == StateError {
-		if rep.ErrorKind == ErrKindStore {
-			m.storeErrs.WithLabelValues(name).Inc()
-		}
-		return
-	}
-	counts := map[DriftKind]int{DriftMissing: 0, DriftExtra: 0, DriftMismatch: 0}
-	for _, dr := range rep.Drift {
-		if dr.Status == "confirmed" {
-			counts[dr.Kind]++
-		}
-	}
-	for k, n := range counts {
-		m.drift.WithLabelValues(name, string(k)).Set(float64(n))
-	}
-	m.pending.WithLabelValues(name).Set(float64(rep.Pending))
 }

@@ -27,6 +27,11 @@ import (
 
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/merkle"
+	"github.com/auditd/auditd/rederive/compare"
+	"github.com/auditd/auditd/rederive/fold"
+	"github.com/auditd/auditd/rederive/spec"
+	"github.com/auditd/auditd/rederive/store"
+	"github.com/auditd/auditd/rederive/store/storetest"
 )
 
 // rtT0 is the time of entry 0 of every test log; entry i is i seconds
@@ -216,7 +221,7 @@ func (l *rtLedger) leaf(t testing.TB) func(log string, index int64) []byte {
 
 // runner returns a runner over l with the bucket b (nil: stateless).
 func (l *rtLedger) runner(b *ledger.Bucket) *Runner {
-	return &Runner{Ledger: LocalLedger{l.store}, Bucket: b, Workers: 2, Logger: slog.New(slog.DiscardHandler)}
+	return NewRunner(LocalLedger{l.store}, WithBucket(b), WithWorkers(2), WithLogger(slog.New(slog.DiscardHandler)))
 }
 
 func (l *rtLedger) bucket(t testing.TB) *ledger.Bucket {
@@ -230,11 +235,11 @@ func (l *rtLedger) bucket(t testing.TB) *ledger.Bucket {
 
 // rtSpec is the balances derivation over sources, checked against store:
 // no grace, confirmed at once, lineage of 5, no error budget.
-func rtSpec(name string, store StoreConfig, sources ...string) *Spec {
+func rtSpec(name string, st store.Config, sources ...string) *spec.Spec {
 	if len(sources) == 0 {
 		sources = []string{"payments"}
 	}
-	return &Spec{
+	return &spec.Spec{
 		Name:         name,
 		Sources:      sources,
 		Decode:       "json",
@@ -242,17 +247,17 @@ func rtSpec(name string, store StoreConfig, sources ...string) *Spec {
 		Key:          `[event.from, event.to]`,
 		Initial:      `0`,
 		Step:         `key == event.from ? state - event.amount : state + event.amount`,
-		Store:        store,
+		Store:        st,
 		ConfirmRuns:  1,
 		Lineage:      5,
-		Interval:     Duration(time.Hour),
-		FullInterval: Duration(time.Hour),
+		Interval:     store.Duration(time.Hour),
+		FullInterval: store.Duration(time.Hour),
 	}
 }
 
-func rtJob(t testing.TB, s *Spec) Job {
+func rtJob(t testing.TB, s *spec.Spec) Job {
 	t.Helper()
-	d, err := Compile(s)
+	d, err := spec.Compile(s)
 	if err != nil {
 		t.Fatalf("compile %s: %v", s.Name, err)
 	}
@@ -283,28 +288,28 @@ type rtPG struct {
 
 func newRTPG(t testing.TB) *rtPG {
 	t.Helper()
-	conn := storeTestPGConn(t)
-	return &rtPG{conn: conn, table: storeTestPGTable(t, conn, "key text, balance numeric")}
+	conn := storetest.PostgresConn(t)
+	return &rtPG{conn: conn, table: storetest.PostgresTable(t, conn, "key text, balance numeric")}
 }
 
-func (p *rtPG) config() StoreConfig {
-	return StoreConfig{Postgres: &PostgresConfig{DSN: storeTestPG(), Table: strings.Trim(p.table, `"`)}}
+func (p *rtPG) config() store.Config {
+	return store.Config{Postgres: &store.PostgresConfig{DSN: storetest.PostgresDSN(), Table: strings.Trim(p.table, `"`)}}
 }
 
 // set replaces the table's rows by balances.
 func (p *rtPG) set(t testing.TB, balances map[string]int64) {
 	t.Helper()
-	storeTestExec(t, p.conn, "DELETE FROM "+p.table)
+	storetest.Exec(t, p.conn, "DELETE FROM "+p.table)
 	var lines []string
 	for _, k := range slices.Sorted(maps.Keys(balances)) {
 		lines = append(lines, k+"\t"+strconv.FormatInt(balances[k], 10))
 	}
-	storeTestCopy(t, p.conn, p.table, lines)
+	storetest.Copy(t, p.conn, p.table, lines)
 }
 
 func (p *rtPG) exec(t testing.TB, sql string) {
 	t.Helper()
-	storeTestExec(t, p.conn, strings.ReplaceAll(sql, "$T", p.table))
+	storetest.Exec(t, p.conn, strings.ReplaceAll(sql, "$T", p.table))
 }
 
 // rtRedis is a derived store in the real Redis: keys under a prefix of its
@@ -317,19 +322,19 @@ type rtRedis struct {
 
 func newRTRedis(t testing.TB, typ string) *rtRedis {
 	t.Helper()
-	c, prefix := storeTestRedisClient(t)
+	c, prefix := storetest.RedisClient(t)
 	return &rtRedis{client: c, prefix: prefix, typ: typ}
 }
 
-func (r *rtRedis) config() StoreConfig {
-	return StoreConfig{Redis: &RedisConfig{Addr: storeTestRedis(), Pattern: escapeGlob(r.prefix) + "*", Prefix: r.prefix, Type: r.typ}}
+func (r *rtRedis) config() store.Config {
+	return store.Config{Redis: &store.RedisConfig{Addr: storetest.RedisAddr(), Pattern: store.EscapeGlob(r.prefix) + "*", Prefix: r.prefix, Type: r.typ}}
 }
 
 // set replaces the keys under the prefix by balances.
 func (r *rtRedis) set(t testing.TB, balances map[string]int64) {
 	t.Helper()
 	ctx := context.Background()
-	keys, err := r.client.Keys(ctx, escapeGlob(r.prefix)+"*").Result()
+	keys, err := r.client.Keys(ctx, store.EscapeGlob(r.prefix)+"*").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,7 +381,7 @@ const (
 // checkpoint of the given size.
 func (l *rtLedger) checkPins(t testing.TB, rep *Report, sizes map[string]uint64) {
 	t.Helper()
-	var want []Pin
+	var want []fold.Pin
 	for _, name := range []string{"payments", "payments.eu"} {
 		size, ok := sizes[name]
 		if !ok {
@@ -386,7 +391,7 @@ func (l *rtLedger) checkPins(t testing.TB, rep *Report, sizes map[string]uint64)
 		if cp.Size != size {
 			t.Fatalf("%s: checkpoint at %d, want %d", name, cp.Size, size)
 		}
-		want = append(want, Pin{Log: name, Size: size, Root: cp.Root, Checkpoint: string(cp.Note)})
+		want = append(want, fold.Pin{Log: name, Size: size, Root: cp.Root, Checkpoint: string(cp.Note)})
 	}
 	if !reflect.DeepEqual(rep.Pins, want) {
 		t.Errorf("pins %+v, want %+v", rep.Pins, want)
@@ -395,11 +400,11 @@ func (l *rtLedger) checkPins(t testing.TB, rep *Report, sizes map[string]uint64)
 
 // rtDrift is what a test expects of one drifted key.
 type rtDrift struct {
-	Kind     DriftKind
+	Kind     compare.DriftKind
 	Key      string
 	Expected any
 	Actual   any
-	Fields   []FieldDiff
+	Fields   []compare.FieldDiff
 	Status   string
 	Runs     int
 }
@@ -411,23 +416,23 @@ func (d rtDrift) String() string {
 func rtNum(v int64) json.Number { return json.Number(strconv.FormatInt(v, 10)) }
 
 func rtMissing(key string, exp int64, status string, runs int) rtDrift {
-	return rtDrift{Kind: DriftMissing, Key: key, Expected: exp, Status: status, Runs: runs}
+	return rtDrift{Kind: compare.DriftMissing, Key: key, Expected: exp, Status: status, Runs: runs}
 }
 
 func rtExtra(key string, act int64, status string, runs int) rtDrift {
-	return rtDrift{Kind: DriftExtra, Key: key, Actual: rtNum(act), Status: status, Runs: runs}
+	return rtDrift{Kind: compare.DriftExtra, Key: key, Actual: rtNum(act), Status: status, Runs: runs}
 }
 
 func rtMismatch(key string, exp, act int64, status string, runs int) rtDrift {
-	return rtDrift{Kind: DriftMismatch, Key: key, Expected: exp, Actual: rtNum(act),
-		Fields: []FieldDiff{{Field: "", Expected: exp, Actual: rtNum(act)}}, Status: status, Runs: runs}
+	return rtDrift{Kind: compare.DriftMismatch, Key: key, Expected: exp, Actual: rtNum(act),
+		Fields: []compare.FieldDiff{{Field: "", Expected: exp, Actual: rtNum(act)}}, Status: status, Runs: runs}
 }
 
 // rtDiff is the drift an exact comparison of expected with a store holding
 // actual reports, every drift with status and runs, in report order (by
 // key, all of one status), and its stats.
-func rtDiff(expected, actual map[string]int64, status string, runs int) ([]rtDrift, CompareStats) {
-	st := CompareStats{Rows: int64(len(actual)), Keys: int64(len(expected))}
+func rtDiff(expected, actual map[string]int64, status string, runs int) ([]rtDrift, compare.Stats) {
+	st := compare.Stats{Rows: int64(len(actual)), Keys: int64(len(expected))}
 	var out []rtDrift
 	for k, v := range expected {
 		a, ok := actual[k]
@@ -458,7 +463,7 @@ type rtWant struct {
 	ErrorKind string
 	Confirmed int
 	Pending   int
-	Stats     CompareStats
+	Stats     compare.Stats
 	Drift     []rtDrift
 }
 
@@ -500,7 +505,7 @@ func rtCheck(t testing.TB, rep *Report, want rtWant) {
 // pin is a watermark).
 func (l *rtLedger) checkLineage(t testing.TB, rep *Report, n int) {
 	t.Helper()
-	pins := map[string]Pin{}
+	pins := map[string]fold.Pin{}
 	signed := map[string]merkle.Checkpoint{}
 	for _, p := range rep.Pins {
 		pins[p.Log] = p
@@ -515,7 +520,7 @@ func (l *rtLedger) checkLineage(t testing.TB, rep *Report, n int) {
 	}
 	logs := slices.Sorted(maps.Keys(l.events))
 	for _, dr := range rep.Drift {
-		if dr.Kind == DriftExtra {
+		if dr.Kind == compare.DriftExtra {
 			if len(dr.Lineage) != 0 || dr.Newest != nil {
 				t.Errorf("extra key %q has lineage %v, newest %v", dr.Key, dr.Lineage, dr.Newest)
 			}

@@ -19,6 +19,11 @@ import (
 
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/merkle"
+	"github.com/auditd/auditd/rederive/compare"
+	"github.com/auditd/auditd/rederive/fold"
+	"github.com/auditd/auditd/rederive/spec"
+	"github.com/auditd/auditd/rederive/store"
+	"github.com/auditd/auditd/rederive/store/storetest"
 )
 
 // TestRunnerDrift: a clean store matches; a missing row, an extra row and
@@ -41,24 +46,24 @@ func TestRunnerDrift(t *testing.T) {
 		want rtWant
 	}{{
 		name: "clean",
-		want: rtWant{State: StateClean, Stats: CompareStats{Rows: n, Keys: n, Matched: n}},
+		want: rtWant{State: StateClean, Stats: compare.Stats{Rows: n, Keys: n, Matched: n}},
 	}, {
 		name: "missing",
 		edit: "DELETE FROM $T WHERE key = '" + k + "'",
 		want: rtWant{State: StateDrift, Confirmed: 1,
-			Stats: CompareStats{Rows: n - 1, Keys: n, Matched: n - 1, Missing: 1},
+			Stats: compare.Stats{Rows: n - 1, Keys: n, Matched: n - 1, Missing: 1},
 			Drift: []rtDrift{rtMissing(k, bal[k], rtConfirmed, 1)}},
 	}, {
 		name: "extra",
 		edit: "INSERT INTO $T VALUES ('acct-ghost', 42)",
 		want: rtWant{State: StateDrift, Confirmed: 1,
-			Stats: CompareStats{Rows: n + 1, Keys: n, Matched: n, Extra: 1},
+			Stats: compare.Stats{Rows: n + 1, Keys: n, Matched: n, Extra: 1},
 			Drift: []rtDrift{rtExtra("acct-ghost", 42, rtConfirmed, 1)}},
 	}, {
 		name: "mismatch",
 		edit: "UPDATE $T SET balance = balance + 7 WHERE key = '" + k + "'",
 		want: rtWant{State: StateDrift, Confirmed: 1,
-			Stats: CompareStats{Rows: n, Keys: n, Matched: n - 1, Mismatched: 1},
+			Stats: compare.Stats{Rows: n, Keys: n, Matched: n - 1, Mismatched: 1},
 			Drift: []rtDrift{rtMismatch(k, bal[k], bal[k]+7, rtConfirmed, 1)}},
 	}}
 	for _, tt := range tests {
@@ -202,30 +207,30 @@ func TestRunnerLaggingStore(t *testing.T) {
 	if len(lagDrift) == 0 {
 		t.Fatal("oracle: the last 3 entries change no balance")
 	}
-	fullStats := CompareStats{Rows: int64(len(full)), Keys: int64(len(full)), Matched: int64(len(full))}
+	fullStats := compare.Stats{Rows: int64(len(full)), Keys: int64(len(full)), Matched: int64(len(full))}
 
 	t.Run("grace", func(t *testing.T) {
 		t.Parallel()
 		pg := newRTPG(t)
 		pg.set(t, lag)
-		spec := rtSpec("balances", pg.config())
-		spec.Grace = Duration(time.Hour)
-		job := rtJob(t, spec)
+		sp := rtSpec("balances", pg.config())
+		sp.Grace = store.Duration(time.Hour)
+		job := rtJob(t, sp)
 		r := lg.runner(nil)
-		r.Now = func() time.Time { return rtTime(n).Add(time.Minute) }
+		r.now = func() time.Time { return rtTime(n).Add(time.Minute) }
 
 		rep := rtRun(t, r, job, false)
 		rtCheck(t, rep, rtWant{State: StatePending, Pending: len(lagDrift), Stats: lagStats, Drift: lagDrift})
 		lg.checkLineage(t, rep, 5)
 
 		// Two hours later the same lag is drift.
-		r.Now = func() time.Time { return rtTime(n).Add(2 * time.Hour) }
+		r.now = func() time.Time { return rtTime(n).Add(2 * time.Hour) }
 		confirmedDrift, _ := rtDiff(full, lag, rtConfirmed, 1)
 		rep = rtRun(t, r, job, false)
 		rtCheck(t, rep, rtWant{State: StateDrift, Confirmed: len(confirmedDrift), Stats: lagStats, Drift: confirmedDrift})
 
 		// The store catches up within the grace period: clean.
-		r.Now = func() time.Time { return rtTime(n).Add(time.Minute) }
+		r.now = func() time.Time { return rtTime(n).Add(time.Minute) }
 		pg.set(t, full)
 		rep = rtRun(t, r, job, false)
 		rtCheck(t, rep, rtWant{State: StateClean, Stats: fullStats})
@@ -234,7 +239,7 @@ func TestRunnerLaggingStore(t *testing.T) {
 	t.Run("watermarks", func(t *testing.T) {
 		t.Parallel()
 		pg := newRTPG(t)
-		wm := storeTestPGTable(t, pg.conn, "log text, size bigint")
+		wm := storetest.PostgresTable(t, pg.conn, "log text, size bigint")
 		cfg := pg.config()
 		cfg.Postgres.WatermarkQuery = "SELECT log, size FROM " + wm
 		job := rtJob(t, rtSpec("balances", cfg)) // no grace: watermarks say what is due
@@ -242,12 +247,12 @@ func TestRunnerLaggingStore(t *testing.T) {
 
 		// The store has applied n-3 entries and holds their balances.
 		pg.set(t, lag)
-		storeTestExec(t, pg.conn, fmt.Sprintf("INSERT INTO %s VALUES ('payments', %d)", wm, n-3))
+		storetest.Exec(t, pg.conn, fmt.Sprintf("INSERT INTO %s VALUES ('payments', %d)", wm, n-3))
 		rep := rtRun(t, r, job, false)
 		lagN := int64(len(lag))
-		rtCheck(t, rep, rtWant{State: StateClean, Stats: CompareStats{Rows: lagN, Keys: lagN, Matched: lagN}})
+		rtCheck(t, rep, rtWant{State: StateClean, Stats: compare.Stats{Rows: lagN, Keys: lagN, Matched: lagN}})
 		// Pinned at the watermark, naming the signed checkpoint above it.
-		wantPin := Pin{Log: "payments", Size: n - 3, Root: lg.root(t, "payments", n-3), Checkpoint: string(lg.checkpoint(t, "payments").Note)}
+		wantPin := fold.Pin{Log: "payments", Size: n - 3, Root: lg.root(t, "payments", n-3), Checkpoint: string(lg.checkpoint(t, "payments").Note)}
 		if len(rep.Pins) != 1 || rep.Pins[0] != wantPin {
 			t.Errorf("pins %+v, want [%+v]", rep.Pins, wantPin)
 		}
@@ -261,7 +266,7 @@ func TestRunnerLaggingStore(t *testing.T) {
 		pg.exec(t, "UPDATE $T SET balance = balance + 3 WHERE key = '"+k+"'")
 		rep = rtRun(t, r, job, false)
 		rtCheck(t, rep, rtWant{State: StateDrift, Confirmed: 1,
-			Stats: CompareStats{Rows: lagN, Keys: lagN, Matched: lagN - 1, Mismatched: 1},
+			Stats: compare.Stats{Rows: lagN, Keys: lagN, Matched: lagN - 1, Mismatched: 1},
 			Drift: []rtDrift{rtMismatch(k, lag[k], lag[k]+3, rtConfirmed, 1)}})
 		if len(rep.Pins) != 1 || rep.Pins[0] != wantPin {
 			t.Errorf("pins %+v, want [%+v]", rep.Pins, wantPin)
@@ -278,7 +283,7 @@ func TestRunnerLaggingStore(t *testing.T) {
 		// It catches up and says so: clean at the checkpoint, continuing
 		// the saved result.
 		pg.set(t, full)
-		storeTestExec(t, pg.conn, fmt.Sprintf("UPDATE %s SET size = %d", wm, n))
+		storetest.Exec(t, pg.conn, fmt.Sprintf("UPDATE %s SET size = %d", wm, n))
 		rep = rtRun(t, r, job, false)
 		rtCheck(t, rep, rtWant{State: StateClean, Stats: fullStats})
 		lg.checkPins(t, rep, map[string]uint64{"payments": n})
@@ -310,8 +315,8 @@ func TestRunnerStoreAheadOfCheckpoint(t *testing.T) {
 	n := int64(len(full))
 	pg := newRTPG(t)
 	pg.set(t, full)
-	wm := storeTestPGTable(t, pg.conn, "log text, size bigint")
-	storeTestExec(t, pg.conn, fmt.Sprintf("INSERT INTO %s VALUES ('payments', 55)", wm))
+	wm := storetest.PostgresTable(t, pg.conn, "log text, size bigint")
+	storetest.Exec(t, pg.conn, fmt.Sprintf("INSERT INTO %s VALUES ('payments', 55)", wm))
 	cfg := pg.config()
 	cfg.Postgres.WatermarkQuery = "SELECT log, size FROM " + wm
 	job := rtJob(t, rtSpec("balances", cfg))
@@ -322,20 +327,20 @@ func TestRunnerStoreAheadOfCheckpoint(t *testing.T) {
 		t.Logf("checkpoint already at %d: the wait is not exercised", size)
 	}
 	rep := rtRun(t, lg.runner(nil), job, false)
-	rtCheck(t, rep, rtWant{State: StateClean, Stats: CompareStats{Rows: n, Keys: n, Matched: n}})
+	rtCheck(t, rep, rtWant{State: StateClean, Stats: compare.Stats{Rows: n, Keys: n, Matched: n}})
 	lg.checkPins(t, rep, map[string]uint64{"payments": 55})
 	if rep.Events != 55 || !reflect.DeepEqual(rep.Watermarks, map[string]uint64{"payments": 55}) {
 		t.Errorf("events %d, watermarks %v; want 55, payments: 55", rep.Events, rep.Watermarks)
 	}
 
 	// A store claiming 60 entries of a log of 55: the run does not hang.
-	storeTestExec(t, pg.conn, "UPDATE "+wm+" SET size = 60")
+	storetest.Exec(t, pg.conn, "UPDATE "+wm+" SET size = 60")
 	start := time.Now()
 	rep = rtRun(t, lg.runner(nil), job, false)
 	if d := time.Since(start); d > aheadWait+5*time.Second {
 		t.Errorf("the run took %s", d)
 	}
-	rtCheck(t, rep, rtWant{State: StateClean, Stats: CompareStats{Rows: n, Keys: n, Matched: n}})
+	rtCheck(t, rep, rtWant{State: StateClean, Stats: compare.Stats{Rows: n, Keys: n, Matched: n}})
 	lg.checkPins(t, rep, map[string]uint64{"payments": 55})
 }
 
@@ -350,13 +355,13 @@ func TestRunnerConfirmRuns(t *testing.T) {
 	full := rtBalances(evs, nil)
 	n := int64(len(full))
 	pg := newRTPG(t)
-	spec := rtSpec("balances", pg.config())
-	spec.ConfirmRuns = 2
-	job := rtJob(t, spec)
+	sp := rtSpec("balances", pg.config())
+	sp.ConfirmRuns = 2
+	job := rtJob(t, sp)
 	b := lg.bucket(t)
 	r := lg.runner(b)
 	const k = "acct-1"
-	bad := CompareStats{Rows: n, Keys: n, Matched: n - 1, Mismatched: 1}
+	bad := compare.Stats{Rows: n, Keys: n, Matched: n - 1, Mismatched: 1}
 
 	pg.set(t, full)
 	pg.exec(t, "UPDATE $T SET balance = balance - 5 WHERE key = '"+k+"'")
@@ -373,7 +378,7 @@ func TestRunnerConfirmRuns(t *testing.T) {
 
 	pg.set(t, full)
 	rep = rtRun(t, r, job, false)
-	rtCheck(t, rep, rtWant{State: StateClean, Stats: CompareStats{Rows: n, Keys: n, Matched: n}})
+	rtCheck(t, rep, rtWant{State: StateClean, Stats: compare.Stats{Rows: n, Keys: n, Matched: n}})
 
 	// The same drift again counts from one.
 	pg.exec(t, "UPDATE $T SET balance = balance - 5 WHERE key = '"+k+"'")
@@ -390,11 +395,11 @@ func TestRunnerStoreDown(t *testing.T) {
 	const down = "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=5"
 	for _, tt := range []struct {
 		name  string
-		store StoreConfig
+		store store.Config
 	}{
-		{"postgres", StoreConfig{Postgres: &PostgresConfig{DSN: down, Table: "balances"}}},
-		{"postgres watermarks", StoreConfig{Postgres: &PostgresConfig{DSN: down, Table: "balances", WatermarkQuery: "SELECT log, size FROM marks"}}},
-		{"redis", StoreConfig{Redis: &RedisConfig{Addr: "127.0.0.1:1", Pattern: "balance:*", Prefix: "balance:"}}},
+		{"postgres", store.Config{Postgres: &store.PostgresConfig{DSN: down, Table: "balances"}}},
+		{"postgres watermarks", store.Config{Postgres: &store.PostgresConfig{DSN: down, Table: "balances", WatermarkQuery: "SELECT log, size FROM marks"}}},
+		{"redis", store.Config{Redis: &store.RedisConfig{Addr: "127.0.0.1:1", Pattern: "balance:*", Prefix: "balance:"}}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -414,22 +419,22 @@ func TestRunnerMalformedStore(t *testing.T) {
 	full := rtBalances(evs, nil)
 	for _, tt := range []struct {
 		name  string
-		store func(t *testing.T) StoreConfig
+		store func(t *testing.T) store.Config
 		msg   string
 	}{
-		{"redis invalid json", func(t *testing.T) StoreConfig {
+		{"redis invalid json", func(t *testing.T) store.Config {
 			r := newRTRedis(t, "json")
 			r.set(t, full)
 			r.put(t, "acct-2", `{"balance": 12`)
 			return r.config()
 		}, "malformed JSON"},
-		{"postgres duplicate key", func(t *testing.T) StoreConfig {
+		{"postgres duplicate key", func(t *testing.T) store.Config {
 			pg := newRTPG(t)
 			pg.set(t, full)
 			pg.exec(t, "INSERT INTO $T VALUES ('acct-2', 1)")
 			return pg.config()
 		}, `key "acct-2" appears twice`},
-		{"postgres null key", func(t *testing.T) StoreConfig {
+		{"postgres null key", func(t *testing.T) store.Config {
 			pg := newRTPG(t)
 			pg.set(t, full)
 			pg.exec(t, "INSERT INTO $T VALUES (NULL, 1)")
@@ -439,7 +444,7 @@ func TestRunnerMalformedStore(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			rep := rtRun(t, lg.runner(nil), rtJob(t, rtSpec("balances", tt.store(t))), false)
-			rep.Stats = CompareStats{} // counted up to the bad row
+			rep.Stats = compare.Stats{} // counted up to the bad row
 			rtCheck(t, rep, rtWant{State: StateError, ErrorKind: ErrKindStore})
 			if !strings.Contains(rep.Error, tt.msg) {
 				t.Errorf("error %q does not say %q", rep.Error, tt.msg)
@@ -462,10 +467,10 @@ func TestRunnerDerivationErrors(t *testing.T) {
 	pg := newRTPG(t)
 	pg.set(t, full)
 
-	spec := rtSpec("balances", pg.config())
-	spec.ErrorBudget = 5
-	rep := rtRun(t, lg.runner(nil), rtJob(t, spec), false)
-	rtCheck(t, rep, rtWant{State: StateClean, Stats: CompareStats{Rows: n, Keys: n, Matched: n}})
+	sp := rtSpec("balances", pg.config())
+	sp.ErrorBudget = 5
+	rep := rtRun(t, lg.runner(nil), rtJob(t, sp), false)
+	rtCheck(t, rep, rtWant{State: StateClean, Stats: compare.Stats{Rows: n, Keys: n, Matched: n}})
 	if rep.DerivationErrors != 1 || len(rep.Errors) != 1 {
 		t.Fatalf("derivation errors %d %+v, want 1", rep.DerivationErrors, rep.Errors)
 	}
@@ -476,10 +481,10 @@ func TestRunnerDerivationErrors(t *testing.T) {
 		t.Errorf("events %d, want 40", rep.Events)
 	}
 
-	spec.ErrorBudget = 0
-	rep = rtRun(t, lg.runner(nil), rtJob(t, spec), false)
+	sp.ErrorBudget = 0
+	rep = rtRun(t, lg.runner(nil), rtJob(t, sp), false)
 	rtCheck(t, rep, rtWant{State: StateError, ErrorKind: ErrKindDerivation})
-	if !strings.Contains(rep.Error, ErrBudget.Error()) || !strings.Contains(rep.Error, "payments entry 7") {
+	if !strings.Contains(rep.Error, fold.ErrBudget.Error()) || !strings.Contains(rep.Error, "payments entry 7") {
 		t.Errorf("error %q, want the budget exceeded at payments entry 7", rep.Error)
 	}
 }
@@ -553,7 +558,7 @@ func TestRunnerIncrementalMatchesFull(t *testing.T) {
 
 	// Spoil the saved state of one key: the next full run says the
 	// incremental path disagrees there.
-	saved, err := LoadResult(b, job.Derivation)
+	saved, err := fold.LoadResult(b, job.Derivation)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -563,7 +568,7 @@ func TestRunnerIncrementalMatchesFull(t *testing.T) {
 	if saved.States["acct-0"], err = job.Derivation.Initial("acct-0"); err != nil {
 		t.Fatal(err)
 	}
-	if err := SaveResult(b, job.Derivation, saved); err != nil {
+	if err := fold.SaveResult(b, job.Derivation, saved); err != nil {
 		t.Fatal(err)
 	}
 	lg.append(t, "payments", rtTransfers(10, 5, 8, "acct-"))
@@ -593,7 +598,7 @@ func TestRunnerRedis(t *testing.T) {
 			job := rtJob(t, rtSpec("balances", rs.config()))
 			rep := rtRun(t, lg.runner(nil), job, false)
 			rtCheck(t, rep, rtWant{State: StateDrift, Confirmed: 2,
-				Stats: CompareStats{Rows: n - 1, Keys: n, Matched: n - 2, Missing: 1, Mismatched: 1},
+				Stats: compare.Stats{Rows: n - 1, Keys: n, Matched: n - 2, Missing: 1, Mismatched: 1},
 				Drift: []rtDrift{
 					rtMismatch("acct-1", full["acct-1"], full["acct-1"]+9, rtConfirmed, 1),
 					rtMissing("acct-4", full["acct-4"], rtConfirmed, 1),
@@ -602,13 +607,13 @@ func TestRunnerRedis(t *testing.T) {
 
 			rs.set(t, full)
 			rep = rtRun(t, lg.runner(nil), job, false)
-			rtCheck(t, rep, rtWant{State: StateClean, Stats: CompareStats{Rows: n, Keys: n, Matched: n}})
+			rtCheck(t, rep, rtWant{State: StateClean, Stats: compare.Stats{Rows: n, Keys: n, Matched: n}})
 		})
 	}
 }
 
 // TestDaemon: the daemon runs a job at once and on Trigger, hands each
-// report to OnReport, and serves the latest through Latest and Jobs; the
+// report to its WithOnReport hook, and serves the latest through Latest and Jobs; the
 // latest report outlives the daemon in the bucket.
 func TestDaemon(t *testing.T) {
 	t.Parallel()
@@ -636,24 +641,23 @@ func TestDaemon(t *testing.T) {
     confirm_runs: 1
     interval: 1h
     full_interval: 2h
-`, storeTestPG(), strings.Trim(pg.table, `"`))
-	specs, err := ParseSpecs("derivations.yaml", []byte(yml))
+`, storetest.PostgresDSN(), strings.Trim(pg.table, `"`))
+	specs, err := spec.Parse("derivations.yaml", []byte(yml))
 	if err != nil {
 		t.Fatal(err)
 	}
 	jobs := []Job{rtJob(t, specs[0])}
 	b := lg.bucket(t)
 	r := lg.runner(b)
-	d := NewDaemon(r, jobs)
-	if rep, err := d.Latest("balances"); rep != nil || err != nil {
-		t.Fatalf("Latest before any run: %v, %v", rep, err)
-	}
 	reports := make(chan *Report, 4)
-	d.OnReport = func(j Job, rep *Report) {
+	d := NewDaemon(r, jobs, WithOnReport(func(j Job, rep *Report) {
 		if j.Spec != specs[0] {
 			t.Errorf("OnReport for job %s", j.Spec.Name)
 		}
 		reports <- rep
+	}))
+	if rep, err := d.Latest("balances"); rep != nil || err != nil {
+		t.Fatalf("Latest before any run: %v, %v", rep, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -682,7 +686,7 @@ func TestDaemon(t *testing.T) {
 			t.Errorf("Latest: %p (%v), want the report OnReport got (%p)", rep, err, want)
 		}
 		info := JobInfo{Name: "balances", Sources: []string{"payments"}, Store: "postgres",
-			Interval: Duration(time.Hour), FullInterval: Duration(2 * time.Hour),
+			Interval: store.Duration(time.Hour), FullInterval: store.Duration(2 * time.Hour),
 			LastState: want.State, LastRunAt: want.StartedAt, Confirmed: want.Confirmed, Pending: want.Pending, File: "derivations.yaml"}
 		if jobs := d.Jobs(); !reflect.DeepEqual(jobs, []JobInfo{info}) {
 			t.Errorf("Jobs:\n got %+v\nwant %+v", jobs, []JobInfo{info})
@@ -692,7 +696,7 @@ func TestDaemon(t *testing.T) {
 	// The first run starts at once.
 	rep := next()
 	rtCheck(t, rep, rtWant{State: StateDrift, Confirmed: 1,
-		Stats: CompareStats{Rows: n, Keys: n, Matched: n - 1, Mismatched: 1},
+		Stats: compare.Stats{Rows: n, Keys: n, Matched: n - 1, Mismatched: 1},
 		Drift: []rtDrift{rtMismatch("acct-3", full["acct-3"], full["acct-3"]+1, rtConfirmed, 1)}})
 	if rep.Mode != "full" {
 		t.Errorf("first run: mode %s, want full", rep.Mode)
@@ -705,7 +709,7 @@ func TestDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep = next()
-	rtCheck(t, rep, rtWant{State: StateClean, Stats: CompareStats{Rows: n, Keys: n, Matched: n}})
+	rtCheck(t, rep, rtWant{State: StateClean, Stats: compare.Stats{Rows: n, Keys: n, Matched: n}})
 	if rep.Mode != "incremental" {
 		t.Errorf("triggered run: mode %s, want incremental", rep.Mode)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/auditd/auditd/client"
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/merkle"
+	"github.com/auditd/auditd/rederive/fold"
 )
 
 // Ledger is where a run reads its source logs: the local store
@@ -21,14 +22,14 @@ type Ledger interface {
 	Logs(ctx context.Context) ([]string, error)
 	// Pin returns the latest signed checkpoint of log, or ok false if the
 	// log has none yet.
-	Pin(ctx context.Context, log string) (p Pin, ok bool, err error)
+	Pin(ctx context.Context, log string) (p fold.Pin, ok bool, err error)
 	// Reader reads log up to the pinned size. A remote reader proves every
 	// range it reads against the pin before handing out its entries; an
 	// entry that does not check out is an error wrapping ErrVerification.
-	Reader(log string, p Pin) LogReader
+	Reader(log string, p fold.Pin) fold.LogReader
 	// Prove returns the inclusion proof of entry index of log in the tree
 	// of the pin's size, checked against the pin's root.
-	Prove(ctx context.Context, log string, index uint64, p Pin) ([]merkle.Hash, error)
+	Prove(ctx context.Context, log string, index uint64, p fold.Pin) ([]merkle.Hash, error)
 }
 
 // ErrVerification reports ledger data that did not check out against a
@@ -63,27 +64,27 @@ func (s LocalLedger) Logs(context.Context) ([]string, error) {
 	return out, nil
 }
 
-func (s LocalLedger) Pin(_ context.Context, log string) (Pin, bool, error) {
+func (s LocalLedger) Pin(_ context.Context, log string) (fold.Pin, bool, error) {
 	l, err := s.Store.Log(log)
 	if err != nil {
-		return Pin{}, false, err
+		return fold.Pin{}, false, err
 	}
 	cp := l.Checkpoint()
 	if cp == nil {
-		return Pin{}, false, nil
+		return fold.Pin{}, false, nil
 	}
-	return Pin{Log: log, Size: cp.Size, Root: cp.Root, Checkpoint: string(cp.Note)}, true, nil
+	return fold.Pin{Log: log, Size: cp.Size, Root: cp.Root, Checkpoint: string(cp.Note)}, true, nil
 }
 
-func (s LocalLedger) Reader(log string, _ Pin) LogReader {
+func (s LocalLedger) Reader(log string, _ fold.Pin) fold.LogReader {
 	l, err := s.Store.Log(log)
 	if err != nil {
 		return errReader{log, err}
 	}
-	return LocalLog(l)
+	return fold.LocalLog(l)
 }
 
-func (s LocalLedger) Prove(_ context.Context, log string, index uint64, p Pin) ([]merkle.Hash, error) {
+func (s LocalLedger) Prove(_ context.Context, log string, index uint64, p fold.Pin) ([]merkle.Hash, error) {
 	l, err := s.Store.Log(log)
 	if err != nil {
 		return nil, err
@@ -98,6 +99,10 @@ func (s LocalLedger) Prove(_ context.Context, log string, index uint64, p Pin) (
 	return proof, nil
 }
 
+var _ fold.LogReader = errReader{}
+
+// errReader is a reader of a log that could not be opened: every read
+// returns err.
 type errReader struct {
 	name string
 	err  error
@@ -125,10 +130,10 @@ var _ Ledger = (*RemoteLedger)(nil)
 
 func (r *RemoteLedger) Logs(ctx context.Context) ([]string, error) { return r.Client.Logs(ctx) }
 
-func (r *RemoteLedger) Pin(ctx context.Context, log string) (Pin, bool, error) {
+func (r *RemoteLedger) Pin(ctx context.Context, log string) (fold.Pin, bool, error) {
 	cp, note, err := r.Client.Checkpoint(ctx, log)
 	if errors.Is(err, client.ErrVerification) {
-		return Pin{}, false, fmt.Errorf("%w: %v", ErrVerification, err)
+		return fold.Pin{}, false, fmt.Errorf("%w: %v", ErrVerification, err)
 	}
 	if err != nil {
 		// A log signs its first checkpoint after its first append: an
@@ -136,18 +141,18 @@ func (r *RemoteLedger) Pin(ctx context.Context, log string) (Pin, bool, error) {
 		// Trusting the server that it is empty is no weaker than trusting
 		// its list of logs.
 		if es, eerr := r.Client.Entries(ctx, log, 0, 1); eerr == nil && len(es) == 0 {
-			return Pin{}, false, nil
+			return fold.Pin{}, false, nil
 		}
-		return Pin{}, false, err
+		return fold.Pin{}, false, err
 	}
-	return Pin{Log: log, Size: cp.Size, Root: cp.Root, Checkpoint: string(note)}, true, nil
+	return fold.Pin{Log: log, Size: cp.Size, Root: cp.Root, Checkpoint: string(note)}, true, nil
 }
 
-func (r *RemoteLedger) Reader(log string, p Pin) LogReader {
+func (r *RemoteLedger) Reader(log string, p fold.Pin) fold.LogReader {
 	return &remoteLog{r: r, name: log, pin: p}
 }
 
-func (r *RemoteLedger) Prove(ctx context.Context, log string, index uint64, p Pin) ([]merkle.Hash, error) {
+func (r *RemoteLedger) Prove(ctx context.Context, log string, index uint64, p fold.Pin) ([]merkle.Hash, error) {
 	e, err := r.Client.Entry(ctx, log, index)
 	if err != nil {
 		return nil, err
@@ -166,10 +171,14 @@ func (r *RemoteLedger) Prove(ctx context.Context, log string, index uint64, p Pi
 	return proof, nil
 }
 
+var _ fold.LogReader = (*remoteLog)(nil)
+
+// remoteLog reads one log of a RemoteLedger up to its pin, proving every
+// page it reads.
 type remoteLog struct {
 	r    *RemoteLedger
 	name string
-	pin  Pin
+	pin  fold.Pin
 }
 
 func (l *remoteLog) Name() string { return l.name }
@@ -315,7 +324,7 @@ func verificationErr(err error) error {
 // rootAt returns the root of log's tree of size (at most p.Size), proven
 // against p: the root computed from entry size-1 and the inclusion proof
 // of it, and a consistency proof from that root to p's.
-func (r *RemoteLedger) rootAt(ctx context.Context, log string, size uint64, p Pin) (merkle.Hash, error) {
+func (r *RemoteLedger) rootAt(ctx context.Context, log string, size uint64, p fold.Pin) (merkle.Hash, error) {
 	if size == 0 {
 		return merkle.EmptyRoot(), nil
 	}
@@ -328,7 +337,7 @@ func (r *RemoteLedger) rootAt(ctx context.Context, log string, size uint64, p Pi
 // computed by the ledger and, remotely, proven consistent with p (the
 // values of a run are computed at that root). The pin
 // names p's signed checkpoint, which the evidence of a run rests on.
-func pinBelow(ctx context.Context, lg Ledger, log string, size uint64, p Pin) (Pin, error) {
+func pinBelow(ctx context.Context, lg Ledger, log string, size uint64, p fold.Pin) (fold.Pin, error) {
 	if size >= p.Size {
 		return p, nil
 	}
@@ -336,20 +345,20 @@ func pinBelow(ctx context.Context, lg Ledger, log string, size uint64, p Pin) (P
 	case LocalLedger:
 		l, err := lg.Store.Log(log)
 		if err != nil {
-			return Pin{}, err
+			return fold.Pin{}, err
 		}
 		root, err := l.RootAt(size)
 		if err != nil {
-			return Pin{}, err
+			return fold.Pin{}, err
 		}
-		return Pin{Log: log, Size: size, Root: root, Checkpoint: p.Checkpoint}, nil
+		return fold.Pin{Log: log, Size: size, Root: root, Checkpoint: p.Checkpoint}, nil
 	case *RemoteLedger:
 		root, err := lg.rootAt(ctx, log, size, p)
 		if err != nil {
-			return Pin{}, fmt.Errorf("rederive: root of %s at size %d: %w", log, size, err)
+			return fold.Pin{}, fmt.Errorf("rederive: root of %s at size %d: %w", log, size, err)
 		}
-		return Pin{Log: log, Size: size, Root: root, Checkpoint: p.Checkpoint}, nil
+		return fold.Pin{Log: log, Size: size, Root: root, Checkpoint: p.Checkpoint}, nil
 	default:
-		return Pin{}, fmt.Errorf("rederive: root of %s at size %d: not known for a %T ledger", log, size, lg)
+		return fold.Pin{}, fmt.Errorf("rederive: root of %s at size %d: not known for a %T ledger", log, size, lg)
 	}
 }

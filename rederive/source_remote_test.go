@@ -28,6 +28,7 @@ import (
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/merkle"
 	"github.com/auditd/auditd/rederive"
+	"github.com/auditd/auditd/rederive/fold"
 )
 
 const remoteTestEntries = 5000
@@ -85,7 +86,7 @@ func newRemoteTestServer(t *testing.T) *remoteTestServer {
 
 // ledger returns a remote ledger reading url (the server or a proxy) and
 // its pin of payments.
-func (s *remoteTestServer) ledger(t *testing.T, url string, page uint64) (*rederive.RemoteLedger, rederive.Pin) {
+func (s *remoteTestServer) ledger(t *testing.T, url string, page uint64) (*rederive.RemoteLedger, fold.Pin) {
 	t.Helper()
 	rl := &rederive.RemoteLedger{Client: client.New(url, s.verifier), PageSize: page}
 	pin, ok, err := rl.Pin(context.Background(), "payments")
@@ -96,7 +97,7 @@ func (s *remoteTestServer) ledger(t *testing.T, url string, page uint64) (*reder
 }
 
 // read reads [from, to) and returns the records (copied) and the error.
-func readRange(r rederive.LogReader, from, to uint64) ([]ledger.Record, error) {
+func readRange(r fold.LogReader, from, to uint64) ([]ledger.Record, error) {
 	var out []ledger.Record
 	err := r.Entries(context.Background(), from, to, func(rec *ledger.Record) error {
 		c := *rec
@@ -237,7 +238,7 @@ func TestRemoteLogTampered(t *testing.T) {
 		for _, rg := range [][2]uint64{{1500, 2600}, {2000, 2001}, {1999, 2001}, {1024, 2048}, {2000, 3100}} {
 			got, err := readRange(r, rg[0], rg[1])
 			if !errors.Is(err, rederive.ErrVerification) {
-				t.Errorf("Entries(%d, %d) over a forged entry 2000: %v, want ErrVerification", rg[0], rg[1], err)
+				t.Errorf("Entries(%d, %d) over a forged entry 2000: %v, want rederive.ErrVerification", rg[0], rg[1], err)
 			}
 			// Nothing of the page that holds 2000 reached fn.
 			for _, rec := range got {
@@ -277,7 +278,7 @@ func TestRemoteLogTampered(t *testing.T) {
 			rl, pin := s.ledger(t, url, 0)
 			r := rl.Reader("payments", pin)
 			if _, err := readRange(r, 1500, 2600); !errors.Is(err, rederive.ErrVerification) {
-				t.Errorf("Entries(1500, 2600) with a lying %s proof: %v, want ErrVerification", proof, err)
+				t.Errorf("Entries(1500, 2600) with a lying %s proof: %v, want rederive.ErrVerification", proof, err)
 			}
 			// Each needs only the proofs that do not lie.
 			for _, rg := range map[string][][2]uint64{"inclusion": {{0, 1024}, {0, 1}}, "consistency": {{4000, 5000}, {4999, 5000}}}[proof] {
@@ -307,7 +308,7 @@ func TestRemoteLogTampered(t *testing.T) {
 		})
 		rl, pin := s.ledger(t, url, 0)
 		if _, err := readRange(rl.Reader("payments", pin), 1500, 5000); !errors.Is(err, rederive.ErrVerification) {
-			t.Errorf("Entries(1500, 5000) with a short inclusion proof: %v, want ErrVerification", err)
+			t.Errorf("Entries(1500, 5000) with a short inclusion proof: %v, want rederive.ErrVerification", err)
 		}
 	})
 }

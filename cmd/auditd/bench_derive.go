@@ -28,6 +28,10 @@ import (
 
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/rederive"
+	"github.com/auditd/auditd/rederive/compare"
+	"github.com/auditd/auditd/rederive/fold"
+	rspec "github.com/auditd/auditd/rederive/spec"
+	rstore "github.com/auditd/auditd/rederive/store"
 )
 
 const benchDeriveUsage = `Usage: auditd bench derive [flags]
@@ -531,12 +535,12 @@ func deriveTableMatches(ctx context.Context, dsn string, rows int, total int64) 
 // then (with -split) its parts apart.
 func deriveVerify(ctx context.Context, st *ledger.Store, f benchDeriveFlags, m *deriveManifestFile, res map[string]any) error {
 	dsn, _ := json.Marshal(f.pg)
-	specs, err := rederive.ParseSpecs("bench-derive.yaml", fmt.Appendf(nil, deriveSpec, dsn))
+	specs, err := rspec.Parse("bench-derive.yaml", fmt.Appendf(nil, deriveSpec, dsn))
 	if err != nil {
 		return err
 	}
 	spec := specs[0]
-	d, err := rederive.Compile(spec)
+	d, err := rspec.Compile(spec)
 	if err != nil {
 		return err
 	}
@@ -577,18 +581,14 @@ func deriveVerify(ctx context.Context, st *ledger.Store, f benchDeriveFlags, m *
 	var foldEnd time.Time
 	prog := newProgress("fold", int64(f.events))
 	var last uint64
-	r := &rederive.Runner{
-		Ledger:  rederive.LocalLedger{Store: st},
-		Workers: workers,
-		Logger:  quiet,
-		Progress: func(_ string, done, total uint64) {
+	r := rederive.NewRunner(rederive.LocalLedger{Store: st}, rederive.WithWorkers(workers), rederive.WithLogger(quiet),
+		rederive.WithProgress(func(_ string, done, total uint64) {
 			prog.add(int64(done - last))
 			last = done
 			if done == total && foldEnd.IsZero() {
 				foldEnd = time.Now()
 			}
-		},
-	}
+		}))
 	la0 := deriveLoadAvg()
 	wait0 := deriveRunqWait()
 	cpu0 := deriveCPU()
@@ -703,7 +703,7 @@ type deriveSplitResult struct {
 // scanning the table. Each part reports its wall time and the process's
 // CPU time, whose rate per GOMAXPROCS CPUs is what the part would reach
 // on CPUs of its own (the machine may be shared).
-func deriveSplit(ctx context.Context, st *ledger.Store, spec *rederive.Spec, d rederive.Derivation, workers int, memProfile string, res map[string]any) (deriveSplitResult, error) {
+func deriveSplit(ctx context.Context, st *ledger.Store, spec *rspec.Spec, d fold.Derivation, workers int, memProfile string, res map[string]any) (deriveSplitResult, error) {
 	var out deriveSplitResult
 	lg := rederive.LocalLedger{Store: st}
 	pin, ok, err := lg.Pin(ctx, deriveLog)
@@ -742,7 +742,7 @@ func deriveSplit(ctx context.Context, st *ledger.Store, spec *rederive.Spec, d r
 	_, err = part("prepare", "read + Prepare (JSON decode, key expression)", "events", func() (float64, error) {
 		return float64(n), deriveRanges(workers, n, func(from, to uint64) error {
 			return reader.Entries(ctx, from, to, func(r *ledger.Record) error {
-				ev := rederive.Event{Log: deriveLog, Index: r.Index, ID: r.Leaf.ID, Time: time.Unix(0, r.Leaf.Time).UTC(), Payload: r.Payload}
+				ev := fold.Event{Log: deriveLog, Index: r.Index, ID: r.Leaf.ID, Time: time.Unix(0, r.Leaf.Time).UTC(), Payload: r.Payload}
 				_, _, err := d.Prepare(&ev)
 				return err
 			})
@@ -752,11 +752,11 @@ func deriveSplit(ctx context.Context, st *ledger.Store, spec *rederive.Spec, d r
 		return out, err
 	}
 	// Fold: the above, plus the steps by key and the merge of the shards.
-	var fr *rederive.Result
+	var fr *fold.Result
 	out.foldRate, err = part("fold", "Fold (read, prepare, step, merge)", "events", func() (float64, error) {
 		var err error
-		fr, err = rederive.Fold(ctx, d, nil, []rederive.Span{{Reader: reader, From: 0, To: n, Pin: pin}},
-			rederive.FoldOptions{Workers: workers, ErrorBudget: spec.ErrorBudget, Fingerprint: rederive.Fingerprint(spec)})
+		fr, err = fold.Fold(ctx, d, nil, []fold.Span{{Reader: reader, From: 0, To: n, Pin: pin}},
+			fold.Options{Workers: workers, ErrorBudget: spec.ErrorBudget, Fingerprint: rspec.Fingerprint(spec)})
 		if err != nil {
 			return 0, err
 		}
@@ -787,14 +787,14 @@ func deriveSplit(ctx context.Context, st *ledger.Store, spec *rederive.Spec, d r
 		runtime.KeepAlive(fr)
 	}
 	fr = nil
-	store, err := rederive.OpenStore(ctx, spec.Store)
+	store, err := rstore.Open(ctx, spec.Store)
 	if err != nil {
 		return out, err
 	}
 	defer store.Close()
 	_, err = part("scan", "scan the table (PostgreSQL, pgx, values)", "rows", func() (float64, error) {
 		var rows int64
-		err := store.Scan(ctx, func(rederive.Row) error { rows++; return nil })
+		err := store.Scan(ctx, func(rstore.Row) error { rows++; return nil })
 		return float64(rows), err
 	})
 	if err != nil {
@@ -802,7 +802,7 @@ func deriveSplit(ctx context.Context, st *ledger.Store, spec *rederive.Spec, d r
 	}
 	var drift int
 	out.compareRate, err = part("compare", "Compare (scan, look up, equal)", "rows", func() (float64, error) {
-		stats, err := rederive.Compare(ctx, store, expected, spec.Compare, func(rederive.Drift) error { drift++; return nil })
+		stats, err := compare.Compare(ctx, store, expected, spec.Compare, func(compare.Drift) error { drift++; return nil })
 		return float64(stats.Rows), err
 	})
 	if err != nil {

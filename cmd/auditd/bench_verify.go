@@ -22,6 +22,7 @@ import (
 	"github.com/auditd/auditd/api"
 	"github.com/auditd/auditd/client"
 	"github.com/auditd/auditd/rederive"
+	"github.com/auditd/auditd/rederive/spec"
 )
 
 const benchVerifyUsage = `Usage: auditd bench verify -data-dir DIR [flags]
@@ -94,11 +95,11 @@ func benchVerify(args []string) error {
 	url := "http://" + ln.Addr().String()
 
 	dsn, _ := json.Marshal(f.pg)
-	specs, err := rederive.ParseSpecs("bench-verify.yaml", fmt.Appendf(nil, deriveSpec, dsn))
+	specs, err := spec.Parse("bench-verify.yaml", fmt.Appendf(nil, deriveSpec, dsn))
 	if err != nil {
 		return err
 	}
-	d, err := rederive.Compile(specs[0])
+	d, err := spec.Compile(specs[0])
 	if err != nil {
 		return err
 	}
@@ -112,7 +113,7 @@ func benchVerify(args []string) error {
 		mu.Lock()
 		clear(requests)
 		mu.Unlock()
-		r := &rederive.Runner{Ledger: &rederive.RemoteLedger{Client: client.New(url, verifier)}, Workers: workers, Logger: quiet}
+		r := rederive.NewRunner(&rederive.RemoteLedger{Client: client.New(url, verifier)}, rederive.WithWorkers(workers), rederive.WithLogger(quiet))
 		la0, cpu0, t0 := deriveLoadAvg(), deriveCPU(), time.Now()
 		rep, err := r.Run(ctx, rederive.Job{Spec: specs[0], Derivation: d}, true)
 		took, cpu := time.Since(t0), deriveCPU()-cpu0

@@ -13,6 +13,7 @@ import (
 	"github.com/auditd/auditd/ingest"
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/rederive"
+	"github.com/auditd/auditd/rederive/spec"
 )
 
 // openAlerts starts the alert manager on the ledger's database with the
@@ -51,13 +52,13 @@ func startDerivations(ctx context.Context, store *ledger.Store, cfg Config, aler
 	if len(cfg.Derivations) == 0 {
 		return nil, nil, nil
 	}
-	specs, err := rederive.LoadSpecs(cfg.Derivations...)
+	specs, err := spec.Load(cfg.Derivations...)
 	if err != nil {
 		return nil, nil, err
 	}
 	var jobs []rederive.Job
 	for _, s := range specs {
-		d, err := rederive.Compile(s)
+		d, err := spec.Compile(s)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -71,16 +72,15 @@ func startDerivations(ctx context.Context, store *ledger.Store, cfg Config, aler
 	for _, c := range m.Collectors() {
 		reg.MustRegister(c)
 	}
-	runner := &rederive.Runner{Ledger: rederive.LocalLedger{Store: store}, Bucket: bucket, Workers: cfg.DerivationWorkers, Logger: logger, Metrics: m}
-	daemon = rederive.NewDaemon(runner, jobs)
-	daemon.OnReport = func(_ rederive.Job, rep *rederive.Report) {
-		if err := raiseReportAlerts(alerts, rep); err != nil {
+	runner := rederive.NewRunner(rederive.LocalLedger{Store: store}, rederive.WithBucket(bucket), rederive.WithWorkers(cfg.DerivationWorkers), rederive.WithLogger(logger), rederive.WithMetrics(m))
+	daemon = rederive.NewDaemon(runner, jobs, rederive.WithOnReport(func(_ rederive.Job, rep *rederive.Report) {
+		if err := rederive.RaiseAlerts(alerts, rep); err != nil {
 			logger.Error("alerts not updated", "derivation", rep.Derivation, "err", err)
 		}
 		if onRun != nil {
 			onRun(rep.Derivation)
 		}
-	}
+	}))
 	ch := make(chan struct{})
 	go func() {
 		defer close(ch)
@@ -88,69 +88,6 @@ func startDerivations(ctx context.Context, store *ledger.Store, cfg Config, aler
 	}()
 	logger.Info("checking derivations", "count", len(jobs), "files", cfg.Derivations)
 	return daemon, ch, nil
-}
-
-// maxAlertDrift bounds the drifted keys an alert's details carry; the full
-// report is at /v1/derivations/{name}/runs/latest.
-const maxAlertDrift = 20
-
-// raiseReportAlerts turns a run's report into alerts: confirmed drift, a
-// store error, a derivation error, an incremental fold that disagrees with
-// the full one. A condition the report no longer shows resolves; a run in
-// error says nothing about drift, so drift alerts stay as they were.
-func raiseReportAlerts(m *alert.Manager, rep *rederive.Report) error {
-	name := rep.Derivation
-	details := func(v any) json.RawMessage {
-		b, _ := json.Marshal(v)
-		return b
-	}
-	var errs []error
-	sync := func(kind alert.Kind, firing ...alert.Alert) {
-		if err := m.Sync(kind, name, firing); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	labels := map[string]string{"derivation": name}
-	if rep.State != rederive.StateError {
-		if rep.State == rederive.StateDrift {
-			drift := rep.Drift
-			if len(drift) > maxAlertDrift {
-				drift = drift[:maxAlertDrift]
-			}
-			sync(alert.KindDrift, alert.Alert{ID: "drift/" + name, Labels: labels,
-				Summary: fmt.Sprintf("derivation %s: %d keys drifted from the ledger (%d missing, %d extra, %d mismatched)",
-					name, rep.Confirmed, rep.Stats.Missing, rep.Stats.Extra, rep.Stats.Mismatched),
-				Details: details(map[string]any{"pins": rep.Pins, "confirmed": rep.Confirmed, "pending": rep.Pending,
-					"drift": drift, "report": "/v1/derivations/" + name + "/runs/latest"})})
-		} else {
-			sync(alert.KindDrift)
-		}
-	}
-	if rep.State == rederive.StateError && rep.ErrorKind == rederive.ErrKindStore {
-		sync(alert.KindStoreError, alert.Alert{ID: "store_error/" + name, Labels: labels,
-			Summary: fmt.Sprintf("derivation %s: the derived store cannot be checked: %s", name, rep.Error),
-			Details: details(map[string]any{"error": rep.Error})})
-	} else {
-		sync(alert.KindStoreError)
-	}
-	if rep.State == rederive.StateError && rep.ErrorKind != rederive.ErrKindStore {
-		sync(alert.KindDerivationError, alert.Alert{ID: "derivation_error/" + name, Labels: labels,
-			Summary: fmt.Sprintf("derivation %s failed (%s): %s", name, rep.ErrorKind, rep.Error),
-			Details: details(map[string]any{"kind": rep.ErrorKind, "error": rep.Error, "errors": rep.Errors})})
-	} else {
-		sync(alert.KindDerivationError)
-	}
-	if len(rep.IncrementalMismatch) > 0 {
-		sync(alert.KindIntegrity, alert.Alert{ID: "integrity/derivation/" + name, Labels: labels,
-			Summary: fmt.Sprintf("derivation %s: the incremental state differs from a full fold on %d keys", name, len(rep.IncrementalMismatch)),
-			Details: details(map[string]any{"keys": rep.IncrementalMismatch})})
-	} else if rep.Mode == "full" && rep.State != rederive.StateError {
-		sync(alert.KindIntegrity)
-	}
-	if len(errs) > 0 {
-		return errs[0]
-	}
-	return nil
 }
 
 // raiseViolation turns a Kafka integrity violation into an alert.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/auditd/auditd/checkers"
 	"github.com/auditd/auditd/ledger"
-	"github.com/auditd/auditd/rederive"
+	"github.com/auditd/auditd/rederive/spec"
 )
 
 // InvariantsConfig declares invariants over derivations' state
@@ -40,14 +40,14 @@ func invariantCheckers(store *ledger.Store, files []string, cfg InvariantsConfig
 	if cfg.Interval < 0 {
 		return nil, fmt.Errorf("config: checks.invariants.interval must not be negative")
 	}
-	var specs []*rederive.Spec
+	var specs []*spec.Spec
 	if len(files) > 0 {
 		var err error
-		if specs, err = rederive.LoadSpecs(files...); err != nil {
+		if specs, err = spec.Load(files...); err != nil {
 			return nil, err
 		}
 	}
-	byName := map[string]*rederive.Spec{}
+	byName := map[string]*spec.Spec{}
 	for _, s := range specs {
 		byName[s.Name] = s
 	}
@@ -57,7 +57,7 @@ func invariantCheckers(store *ledger.Store, files []string, cfg InvariantsConfig
 		if !ok {
 			return nil, fmt.Errorf("config: checks.invariants: no derivation %q in the derivations files", name)
 		}
-		d, err := rederive.Compile(s)
+		d, err := spec.Compile(s)
 		if err != nil {
 			return nil, err
 		}

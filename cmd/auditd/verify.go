@@ -21,6 +21,7 @@ import (
 	"github.com/auditd/auditd/client"
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/rederive"
+	"github.com/auditd/auditd/rederive/spec"
 )
 
 // Exit codes of auditd verify.
@@ -80,7 +81,7 @@ Exit status:
 	if (*dataDir == "") == (*server == "") {
 		return fail(exitError, "give exactly one of --data-dir and --server")
 	}
-	specs, err := rederive.LoadSpecs(*config)
+	specs, err := spec.Load(*config)
 	if err != nil {
 		return fail(exitError, "%v", err)
 	}
@@ -97,7 +98,7 @@ Exit status:
 			continue
 		}
 		found[s.Name] = true
-		d, err := rederive.Compile(s)
+		d, err := spec.Compile(s)
 		if err != nil {
 			return fail(exitError, "%v", err)
 		}
@@ -148,9 +149,9 @@ Exit status:
 		lg = rederive.LocalLedger{Store: store}
 	}
 
-	runner := &rederive.Runner{Ledger: lg, Workers: *workers, Logger: logger, NoMatchIsError: true}
 	bar := newProgressBar(stderr, !*quiet && isTerminal(stderr))
-	runner.Progress = bar.update
+	runner := rederive.NewRunner(lg, rederive.WithWorkers(*workers), rederive.WithLogger(logger), rederive.WithNoMatchIsError(),
+		rederive.WithProgress(bar.update))
 	var reports []*rederive.Report
 	for _, j := range jobs {
 		rep, err := runner.Run(ctx, j, true)

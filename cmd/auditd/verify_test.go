@@ -29,6 +29,7 @@ import (
 	"github.com/auditd/auditd/client"
 	"github.com/auditd/auditd/merkle"
 	"github.com/auditd/auditd/rederive"
+	"github.com/auditd/auditd/rederive/compare"
 )
 
 // The auditd verify tests run the daemon in-process on loopback, POST the
@@ -324,7 +325,7 @@ func TestVerifyDrift(t *testing.T) {
 	type drift struct {
 		Kind, Key, Status string
 		Expected, Actual  any
-		Fields            []rederive.FieldDiff
+		Fields            []compare.FieldDiff
 		Runs              int
 		NewestID, Lineage string
 	}
@@ -343,7 +344,7 @@ func TestVerifyDrift(t *testing.T) {
 	}
 	want := []drift{
 		{Kind: "mismatch", Key: "bob", Status: "confirmed", Expected: 75.0, Actual: 999.0,
-			Fields: []rederive.FieldDiff{{Field: "", Expected: 75.0, Actual: 999.0}}, Runs: 1,
+			Fields: []compare.FieldDiff{{Field: "", Expected: 75.0, Actual: 999.0}}, Runs: 1,
 			NewestID: "p-5", Lineage: "payments#1=p-2 payments#4=p-5"},
 		{Kind: "missing", Key: "carol", Status: "confirmed", Expected: 7.0, Runs: 1,
 			NewestID: "p-4", Lineage: "payments#3=p-4"},

@@ -1,0 +1,81 @@
+package rederive
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/auditd/auditd/alert"
+)
+
+// AlertSyncer keeps the set of firing alerts of one kind and subject:
+// Sync fires each alert of firing and resolves every other firing alert
+// of that kind and subject (an empty firing resolves them all), changing
+// nothing if any alert is invalid. *alert.Manager is one.
+type AlertSyncer interface {
+	Sync(kind alert.Kind, subject string, firing []alert.Alert) error
+}
+
+var _ AlertSyncer = (*alert.Manager)(nil)
+
+// maxAlertDrift bounds the drifted keys an alert's details carry; the full
+// report is at /v1/derivations/{name}/runs/latest.
+const maxAlertDrift = 20
+
+// RaiseAlerts turns a run's report into alerts: confirmed drift, a
+// store error, a derivation error, an incremental fold that disagrees with
+// the full one. A condition the report no longer shows resolves; a run in
+// error says nothing about drift, so drift alerts stay as they were.
+func RaiseAlerts(m AlertSyncer, rep *Report) error {
+	name := rep.Derivation
+	details := func(v any) json.RawMessage {
+		b, _ := json.Marshal(v)
+		return b
+	}
+	var errs []error
+	sync := func(kind alert.Kind, firing ...alert.Alert) {
+		if err := m.Sync(kind, name, firing); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	labels := map[string]string{"derivation": name}
+	if rep.State != StateError {
+		if rep.State == StateDrift {
+			drift := rep.Drift
+			if len(drift) > maxAlertDrift {
+				drift = drift[:maxAlertDrift]
+			}
+			sync(alert.KindDrift, alert.Alert{ID: "drift/" + name, Labels: labels,
+				Summary: fmt.Sprintf("derivation %s: %d keys drifted from the ledger (%d missing, %d extra, %d mismatched)",
+					name, rep.Confirmed, rep.Stats.Missing, rep.Stats.Extra, rep.Stats.Mismatched),
+				Details: details(map[string]any{"pins": rep.Pins, "confirmed": rep.Confirmed, "pending": rep.Pending,
+					"drift": drift, "report": "/v1/derivations/" + name + "/runs/latest"})})
+		} else {
+			sync(alert.KindDrift)
+		}
+	}
+	if rep.State == StateError && rep.ErrorKind == ErrKindStore {
+		sync(alert.KindStoreError, alert.Alert{ID: "store_error/" + name, Labels: labels,
+			Summary: fmt.Sprintf("derivation %s: the derived store cannot be checked: %s", name, rep.Error),
+			Details: details(map[string]any{"error": rep.Error})})
+	} else {
+		sync(alert.KindStoreError)
+	}
+	if rep.State == StateError && rep.ErrorKind != ErrKindStore {
+		sync(alert.KindDerivationError, alert.Alert{ID: "derivation_error/" + name, Labels: labels,
+			Summary: fmt.Sprintf("derivation %s failed (%s): %s", name, rep.ErrorKind, rep.Error),
+			Details: details(map[string]any{"kind": rep.ErrorKind, "error": rep.Error, "errors": rep.Errors})})
+	} else {
+		sync(alert.KindDerivationError)
+	}
+	if len(rep.IncrementalMismatch) > 0 {
+		sync(alert.KindIntegrity, alert.Alert{ID: "integrity/derivation/" + name, Labels: labels,
+			Summary: fmt.Sprintf("derivation %s: the incremental state differs from a full fold on %d keys", name, len(rep.IncrementalMismatch)),
+			Details: details(map[string]any{"keys": rep.IncrementalMismatch})})
+	} else if rep.Mode == "full" && rep.State != StateError {
+		sync(alert.KindIntegrity)
+	}
+	if len(errs) > 0 {
+		return errs[0]
+	}
+	return nil
+}

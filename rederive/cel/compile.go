@@ -1,0 +1,230 @@
+// Package cel compiles a derivation's CEL expressions (filter, key,
+// initial, step) into a fold.Derivation: the compiler and its environment
+// (compile.go), the derivation's evaluation (derivation.go), the CEL
+// values of events and metadata (object.go), a lazy JSON decoder straight
+// into CEL values (json.go, json_object.go), and the exact state codec
+// (state.go). It knows nothing of YAML: package spec places its errors.
+package cel
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/common/types/ref"
+	"cel.dev/cel-go/ext"
+
+	"github.com/auditd/auditd/rederive/fold"
+)
+
+// celDerivation is a Derivation compiled from a Spec.
+type celDerivation struct {
+	name    string
+	sources []string
+	raw     bool // decode: raw
+
+	filter  cel.Program // nil: every event applies
+	key     cel.Program
+	initial cel.Program
+	step    cel.Program
+
+	initialConst ref.Val // initial's value when it does not use key
+	usesMeta     bool    // filter, key or step reads meta
+}
+
+func (d *celDerivation) Name() string { return d.name }
+
+func (d *celDerivation) Sources() []string { return slices.Clone(d.sources) }
+
+// celEnvs are the CEL environments of each expression, for one decode mode.
+type celEnvs struct {
+	event   *cel.Env // filter and key: event, meta
+	initial *cel.Env // key
+	step    *cel.Env // state, event, key, meta
+}
+
+// celLibrary is the CEL library derivations see: the standard library and
+// the pure extensions. Nothing here reads a clock, randomness or I/O;
+// timestamps without a time zone argument are read in UTC.
+func celLibrary() []cel.EnvOption {
+	return []cel.EnvOption{
+		cel.DefaultUTCTimeZone(true),
+		cel.CrossTypeNumericComparisons(true),
+		cel.OptionalTypes(),
+		ext.Strings(),
+		ext.Math(),
+		ext.Lists(),
+		ext.Sets(),
+		ext.Encoders(),
+		ext.Bindings(),
+		ext.TwoVarComprehensions(),
+		ext.Regex(),
+	}
+}
+
+func newCELEnvs(eventType *cel.Type) (*celEnvs, error) {
+	base, err := cel.NewEnv(celLibrary()...)
+	if err != nil {
+		return nil, err
+	}
+	meta := cel.Variable("meta", cel.MapType(cel.StringType, cel.DynType))
+	event := cel.Variable("event", eventType)
+	key := cel.Variable("key", cel.StringType)
+	state := cel.Variable("state", cel.DynType)
+	var e celEnvs
+	if e.event, err = base.Extend(event, meta); err != nil {
+		return nil, err
+	}
+	if e.initial, err = base.Extend(key); err != nil {
+		return nil, err
+	}
+	if e.step, err = base.Extend(state, event, key, meta); err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
+
+// Expressions are the CEL side of a derivation: its name and sources, how
+// the payload becomes the variable event, and its expressions.
+type Expressions struct {
+	Name    string
+	Sources []string
+	// Raw makes event the payload's bytes instead of its decoded JSON.
+	Raw bool
+	// Filter (optional), Key, Initial and Step are CEL expressions (see
+	// Spec); an empty one is not compiled.
+	Filter, Key, Initial, Step string
+}
+
+// ExprError is an error in one of a derivation's expressions.
+type Error struct {
+	// Field names the expression: "filter", "key", "initial" or "step"
+	// ("" for the CEL environment itself).
+	Field string
+	// Line (1-based) and Column (0-based) place the error inside the
+	// expression, as CEL reports it; Line is 0 when unknown.
+	Line, Column int
+	Msg          string
+}
+
+func (e *Error) Error() string {
+	if e.Field == "" {
+		return e.Msg
+	}
+	return e.Field + ": " + e.Msg
+}
+
+// Compile compiles a derivation's expressions into a fold.Derivation. It
+// returns a nil derivation when there are errors, or when Key, Initial or
+// Step is absent (absent expressions are left to the caller to report).
+func Compile(x Expressions) (fold.Derivation, []*Error) {
+	d, errs := compile(x)
+	if d == nil {
+		return nil, errs
+	}
+	return d, errs
+}
+
+func compile(x Expressions) (*celDerivation, []*Error) {
+	envs, err := celEnvsJSON()
+	if x.Raw {
+		envs, err = celEnvsRaw()
+	}
+	if err != nil {
+		return nil, []*Error{{Msg: fmt.Sprintf("cel environment: %v", err)}}
+	}
+	d := &celDerivation{name: x.Name, sources: slices.Clone(x.Sources), raw: x.Raw}
+	var errs []*Error
+	errAt := func(field, format string, args ...any) {
+		errs = append(errs, &Error{Field: field, Msg: fmt.Sprintf(format, args...)})
+	}
+	compile := func(env *cel.Env, field, expr string) *cel.Ast {
+		if strings.TrimSpace(expr) == "" {
+			return nil
+		}
+		ast, iss := env.Compile(expr)
+		if iss != nil && iss.Err() != nil {
+			for _, e := range iss.Errors() {
+				line, col := e.Location.Line(), e.Location.Column()
+				errs = append(errs, &Error{Field: field, Line: line, Column: col,
+					Msg: fmt.Sprintf("ERROR: <input>:%d:%d: %s", line, col+1, e.Message)})
+			}
+			return nil
+		}
+		return ast
+	}
+	program := func(env *cel.Env, field string, ast *cel.Ast) cel.Program {
+		if ast == nil {
+			return nil
+		}
+		prg, err := env.Program(ast, cel.EvalOptions(cel.OptOptimize))
+		if err != nil {
+			errAt(field, "%v", err)
+			return nil
+		}
+		return prg
+	}
+
+	filter := compile(envs.event, "filter", x.Filter)
+	if filter != nil {
+		if t := filter.OutputType(); t.Kind() != types.BoolKind && t.Kind() != types.DynKind {
+			errAt("filter", "filter must give a bool, got %s", t)
+			filter = nil
+		}
+	}
+	key := compile(envs.event, "key", x.Key)
+	if key != nil && !celKeyType(key.OutputType()) {
+		errAt("key", "key must give a string or a list of strings, got %s", key.OutputType())
+		key = nil
+	}
+	initial := compile(envs.initial, "initial", x.Initial)
+	step := compile(envs.step, "step", x.Step)
+
+	d.filter = program(envs.event, "filter", filter)
+	d.key = program(envs.event, "key", key)
+	d.initial = program(envs.initial, "initial", initial)
+	d.step = program(envs.step, "step", step)
+	d.usesMeta = celReferences(filter, "meta") || celReferences(key, "meta") || celReferences(step, "meta")
+
+	if initial != nil && d.initial != nil && !celReferences(initial, "key") {
+		v, err := d.eval(d.initial, &celActivation{})
+		if err != nil {
+			errAt("initial", "%v", err)
+		}
+		d.initialConst = v
+	}
+	if len(errs) > 0 || d.key == nil || d.initial == nil || d.step == nil {
+		return nil, errs
+	}
+	return d, nil
+}
+
+// celKeyType reports whether t can be a key expression's type.
+func celKeyType(t *cel.Type) bool {
+	switch t.Kind() {
+	case types.StringKind, types.DynKind:
+		return true
+	case types.ListKind:
+		if p := t.Parameters(); len(p) == 1 {
+			k := p[0].Kind()
+			return k == types.StringKind || k == types.DynKind
+		}
+	}
+	return false
+}
+
+// celReferences reports whether a checked expression reads the variable
+// name.
+func celReferences(ast *cel.Ast, name string) bool {
+	if ast == nil {
+		return false
+	}
+	for _, r := range ast.NativeRep().ReferenceMap() {
+		if r.Name == name {
+			return true
+		}
+	}
+	return false
+}

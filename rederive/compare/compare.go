@@ -1,0 +1,344 @@
+// Package compare compares a derivation's expected values with a derived
+// store's rows: Compare streams a store against the expected keys and
+// reports each Drift (missing, extra, mismatched); Equal compares two
+// values field by field. Numbers compare exactly across their forms
+// (int64, float64, json.Number decimal text), with optional tolerances.
+package compare
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/auditd/auditd/rederive/store"
+)
+
+// Config says how expected and actual values compare.
+type Config struct {
+	// Tolerance allows numbers to differ by up to an absolute amount, per
+	// field path ("" for a scalar value, "amount" for a field, "totals.eur"
+	// for a nested one, "items.0.qty" for a list element's). Default 0:
+	// numbers compare exactly by value (1 equals 1.0).
+	Tolerance map[string]float64 `yaml:"tolerance,omitempty" json:"tolerance,omitempty"`
+	// NullIsMissing treats a null field as equal to an absent one (default
+	// false: they differ). It applies to keys as well: an expected key
+	// whose value is null matches a key absent from the store, and a
+	// store key holding null is not reported as extra.
+	NullIsMissing bool `yaml:"null_is_missing,omitempty" json:"null_is_missing,omitempty"`
+	// Fields, if set, compares only these fields of map values (dotted
+	// paths reach into nested maps: "totals.eur"). Scalar values are
+	// compared whole.
+	Fields []string `yaml:"fields,omitempty" json:"fields,omitempty"`
+	// IgnoreExtra does not report keys in the store that nothing derives.
+	IgnoreExtra bool `yaml:"ignore_extra,omitempty" json:"ignore_extra,omitempty"`
+}
+
+// DriftKind says how a key drifted.
+type DriftKind string
+
+const (
+	// DriftMissing is an expected key absent from the store.
+	DriftMissing DriftKind = "missing"
+	// DriftExtra is a key in the store that nothing derives.
+	DriftExtra DriftKind = "extra"
+	// DriftMismatch is a key whose stored value differs from the expected
+	// one.
+	DriftMismatch DriftKind = "mismatch"
+)
+
+// FieldDiff is one difference between an expected and an actual value.
+type FieldDiff struct {
+	// Field is the dotted path of the differing field ("" for the whole
+	// value; list elements by index: "items.2").
+	Field    string `json:"field"`
+	Expected any    `json:"expected"`
+	Actual   any    `json:"actual"`
+	// Absent is "expected" or "actual" when the field is absent from that
+	// side (its value above is then nil), so absent and null stay
+	// distinct in a report.
+	Absent string `json:"absent,omitempty"`
+}
+
+// Drift is one key whose store value is not the expected one.
+type Drift struct {
+	Kind     DriftKind   `json:"kind"`
+	Key      string      `json:"key"`
+	Expected any         `json:"expected,omitempty"`
+	Actual   any         `json:"actual,omitempty"`
+	Fields   []FieldDiff `json:"fields,omitempty"`
+}
+
+// Stats counts what Compare met. Matched + Missing + Mismatched is
+// Keys; Missing + Extra + Mismatched is the number of drifts reported.
+type Stats struct {
+	// Rows is the number of rows read from the store.
+	Rows int64 `json:"rows"`
+	// Keys is the number of expected keys.
+	Keys int64 `json:"keys"`
+	// Matched counts the expected keys whose stored value is equal.
+	Matched    int64 `json:"matched"`
+	Missing    int64 `json:"missing"`
+	Mismatched int64 `json:"mismatched"`
+	// Extra counts the extra keys reported: 0 with IgnoreExtra.
+	Extra int64 `json:"extra"`
+}
+
+// Compare reads every row of s and compares it with the expected value of
+// its key, calling fn with each drift: mismatches and extra keys in the
+// order the store returns them, then missing keys sorted by key. An error
+// from fn stops the comparison and is returned as is; so is a done
+// context's. A key the store returns twice is an ErrStore error. Compare
+// does not modify expected.
+func Compare(ctx context.Context, s store.Store, expected map[string]any, c Config, fn func(Drift) error) (Stats, error) {
+	st := Stats{Keys: int64(len(expected))}
+	// Every key met, to find duplicates and, at the end, the missing keys.
+	seen := newKeySet(len(expected))
+	var met int64 // expected keys met
+	err := s.Scan(ctx, func(r store.Row) error {
+		st.Rows++
+		if !seen.add(r.Key) {
+			return fmt.Errorf("%w: key %q appears twice", store.ErrStore, r.Key)
+		}
+		exp, ok := expected[r.Key]
+		if !ok {
+			if c.IgnoreExtra || c.NullIsMissing && r.Value == nil {
+				return nil
+			}
+			st.Extra++
+			return fn(Drift{Kind: DriftExtra, Key: r.Key, Actual: r.Value})
+		}
+		met++
+		diffs := equal(exp, r.Value, &c)
+		if diffs == nil {
+			st.Matched++
+			return nil
+		}
+		st.Mismatched++
+		return fn(Drift{Kind: DriftMismatch, Key: r.Key, Expected: exp, Actual: r.Value, Fields: diffs})
+	})
+	if err != nil {
+		return st, err
+	}
+	if met == int64(len(expected)) {
+		return st, nil
+	}
+	var missing []string
+	for k, v := range expected {
+		if seen.has(k) {
+			continue
+		}
+		if c.NullIsMissing && v == nil {
+			st.Matched++
+			continue
+		}
+		missing = append(missing, k)
+	}
+	slices.Sort(missing)
+	for i, k := range missing {
+		if i&1023 == 0 && ctx.Err() != nil {
+			return st, ctx.Err()
+		}
+		st.Missing++
+		if err := fn(Drift{Kind: DriftMissing, Key: k, Expected: expected[k]}); err != nil {
+			return st, err
+		}
+	}
+	return st, nil
+}
+
+// Equal compares an expected value with an actual one and returns their
+// differences, nil when they are equal.
+//
+// Values are JSON-like: nil, bool, string, numbers, []any, map[string]any
+// (other types are compared through their JSON encoding). Numbers compare
+// by value whatever their Go type: int64, uint64, json.Number and the other
+// integer types exactly (json.Number "12.50" equals 12.5 and "1250e-2";
+// "1" equals 1), and a float64 equals another number when that number,
+// rounded to the nearest float64, is the same float (so 0.1 equals
+// json.Number "0.1"; a float32 is first widened to float64); NaN equals
+// NaN. A tolerance set for the field's path allows a difference up to it,
+// computed exactly between integers and decimals (the tolerance taken as
+// its shortest decimal text, so 0.3 is 3/10) and in float64 when a float
+// is involved. A string is never a number: "1"
+// differs from 1. Maps compare field by field (only c.Fields when set), and
+// maps and lists nested in them recursively; each differing field is
+// reported by its dotted path, a list of another length as a whole.
+func Equal(expected, actual any, c Config) []FieldDiff {
+	// The common case, two equal scalars, allocates nothing: c escapes
+	// only as its copy in the other case.
+	if sameScalar(expected, actual, &c) {
+		return nil
+	}
+	cc := c
+	return diff(expected, actual, &cc)
+}
+
+func equal(expected, actual any, c *Config) []FieldDiff {
+	if sameScalar(expected, actual, c) {
+		return nil
+	}
+	return diff(expected, actual, c)
+}
+
+// diff returns the differences of two values.
+func diff(expected, actual any, c *Config) []FieldDiff {
+	d := differ{c: c}
+	if len(c.Fields) > 0 {
+		em, eok := asMap(expected)
+		am, aok := asMap(actual)
+		if eok || aok {
+			for _, f := range c.Fields {
+				ev, ein := lookupField(em, f)
+				av, ain := lookupField(am, f)
+				d.compare(f, ev, ein, av, ain)
+			}
+			return d.diffs
+		}
+	}
+	d.compare("", expected, true, actual, true)
+	return d.diffs
+}
+
+// sameScalar reports whether a and b are equal scalars, cheaply.
+func sameScalar(a, b any, c *Config) bool {
+	switch a := a.(type) {
+	case json.Number:
+		if b, ok := b.(json.Number); ok && a == b {
+			return true
+		}
+	case string:
+		b, ok := b.(string)
+		return ok && a == b
+	case nil:
+		return b == nil
+	case bool:
+		b, ok := b.(bool)
+		return ok && a == b
+	case map[string]any, []any:
+		return false
+	}
+	an, aok := asNumber(a)
+	bn, bok := asNumber(b)
+	return aok && bok && (numbersEqual(an, bn) || numbersWithin(an, bn, c.Tolerance[""]))
+}
+
+type differ struct {
+	c     *Config
+	diffs []FieldDiff
+}
+
+func (d *differ) add(path string, exp, act any, absent string) {
+	d.diffs = append(d.diffs, FieldDiff{Field: path, Expected: exp, Actual: act, Absent: absent})
+}
+
+// compare compares the values at path; eok and aok say whether each side
+// has the field at all.
+func (d *differ) compare(path string, exp any, eok bool, act any, aok bool) {
+	switch {
+	case !eok && !aok:
+		return
+	case !eok:
+		if !(d.c.NullIsMissing && act == nil) {
+			d.add(path, nil, act, "expected")
+		}
+		return
+	case !aok:
+		if !(d.c.NullIsMissing && exp == nil) {
+			d.add(path, exp, nil, "actual")
+		}
+		return
+	}
+	exp, act = jsonLike(exp), jsonLike(act)
+	if em, ok := exp.(map[string]any); ok {
+		if am, ok := act.(map[string]any); ok {
+			d.maps(path, em, am)
+			return
+		}
+	}
+	if el, ok := exp.([]any); ok {
+		if al, ok := act.([]any); ok && len(el) == len(al) {
+			for i := range el {
+				d.compare(joinPath(path, strconv.Itoa(i)), el[i], true, al[i], true)
+			}
+			return
+		}
+	}
+	if !scalarsEqual(exp, act, d.c.Tolerance[path]) {
+		d.add(path, exp, act, "")
+	}
+}
+
+func (d *differ) maps(path string, em, am map[string]any) {
+	keys := make([]string, 0, len(em)+len(am))
+	for k := range em {
+		keys = append(keys, k)
+	}
+	for k := range am {
+		if _, ok := em[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		ev, eok := em[k]
+		av, aok := am[k]
+		d.compare(joinPath(path, k), ev, eok, av, aok)
+	}
+}
+
+func joinPath(path, field string) string {
+	if path == "" {
+		return field
+	}
+	return path + "." + field
+}
+
+// asMap returns v as a map, when it is one.
+func asMap(v any) (map[string]any, bool) {
+	m, ok := jsonLike(v).(map[string]any)
+	return m, ok
+}
+
+// lookupField finds a field by its dotted path: a key holding dots is
+// matched whole before the path is split at a dot.
+func lookupField(m map[string]any, path string) (any, bool) {
+	if m == nil {
+		return nil, false
+	}
+	if v, ok := m[path]; ok {
+		return v, true
+	}
+	for i := 0; i < len(path); i++ {
+		if path[i] != '.' {
+			continue
+		}
+		if sub, ok := asMap(m[path[:i]]); ok {
+			if v, ok := lookupField(sub, path[i+1:]); ok {
+				return v, true
+			}
+		}
+	}
+	return nil, false
+}
+
+// jsonLike returns v itself when it is a JSON-like value or a number, and
+// otherwise (a []string, a map[string]int64, a struct) the value its JSON
+// encoding decodes to, numbers as json.Number.
+func jsonLike(v any) any {
+	switch v.(type) {
+	case nil, bool, string, json.Number, map[string]any, []any,
+		int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, float32, float64:
+		return v
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return v
+	}
+	j, err := store.DecodeJSON(b)
+	if err != nil {
+		return v
+	}
+	return j
+}

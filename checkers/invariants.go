@@ -16,6 +16,7 @@ import (
 	"cel.dev/cel-go/ext"
 
 	"github.com/auditd/auditd/ledger"
+	"github.com/auditd/auditd/rederive"
 	"github.com/auditd/auditd/rederive/fold"
 )
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/auditd/auditd/merkle"
 	"github.com/auditd/auditd/rederive"
+	"github.com/auditd/auditd/rederive/fold"
 )
 
 // attachLineage adds to each per-key finding of fs (at most
@@ -15,7 +16,7 @@ import (
 // with its inclusion proof in the signed checkpoint its log's pin names,
 // and those checkpoints' notes as the finding's evidence. It is a second
 // pass over the source logs, made only when a key fails.
-func attachLineage(ctx context.Context, lg rederive.Ledger, t InvariantTarget, res *rederive.Result, fs []Finding) error {
+func attachLineage(ctx context.Context, lg rederive.Ledger, t InvariantTarget, res *fold.Result, fs []Finding) error {
 	keys := map[string]bool{}
 	for _, f := range fs {
 		if f.Key != "" && len(keys) < MaxInvariantFindings {
@@ -25,17 +26,17 @@ func attachLineage(ctx context.Context, lg rederive.Ledger, t InvariantTarget, r
 	if len(keys) == 0 || len(res.Pins) == 0 {
 		return nil
 	}
-	spans := make([]rederive.Span, 0, len(res.Pins))
-	signed := make(map[string]rederive.Pin, len(res.Pins))
+	spans := make([]fold.Span, 0, len(res.Pins))
+	signed := make(map[string]fold.Pin, len(res.Pins))
 	for _, p := range res.Pins {
 		sp, err := signedPin(p)
 		if err != nil {
 			return err
 		}
 		signed[p.Log] = sp
-		spans = append(spans, rederive.Span{Reader: lg.Reader(p.Log, sp), From: 0, To: p.Size, Pin: p})
+		spans = append(spans, fold.Span{Reader: lg.Reader(p.Log, sp), From: 0, To: p.Size, Pin: p})
 	}
-	lin, err := rederive.Lineage(ctx, t.Derivation, spans, keys, t.Lineage, rederive.FoldOptions{})
+	lin, err := fold.Lineage(ctx, t.Derivation, spans, keys, t.Lineage, fold.Options{})
 	if err != nil {
 		return err
 	}
@@ -71,20 +72,20 @@ func attachLineage(ctx context.Context, lg rederive.Ledger, t InvariantTarget, r
 // signedPin returns the pin of the signed checkpoint p names (its size and
 // root read from the note), which the run's evidence rests on: p itself
 // when it names none, or when it is that checkpoint.
-func signedPin(p rederive.Pin) (rederive.Pin, error) {
+func signedPin(p fold.Pin) (fold.Pin, error) {
 	if p.Checkpoint == "" {
 		return p, nil
 	}
 	text, _, ok := strings.Cut(p.Checkpoint, "\n\n")
 	if !ok {
-		return rederive.Pin{}, fmt.Errorf("pin of %s: checkpoint is not a signed note", p.Log)
+		return fold.Pin{}, fmt.Errorf("pin of %s: checkpoint is not a signed note", p.Log)
 	}
 	c, err := merkle.ParseCheckpoint([]byte(text + "\n"))
 	if err != nil {
-		return rederive.Pin{}, fmt.Errorf("pin of %s: %w", p.Log, err)
+		return fold.Pin{}, fmt.Errorf("pin of %s: %w", p.Log, err)
 	}
 	if c.Size < p.Size {
-		return rederive.Pin{}, fmt.Errorf("pin of %s at size %d names a checkpoint of size %d", p.Log, p.Size, c.Size)
+		return fold.Pin{}, fmt.Errorf("pin of %s at size %d names a checkpoint of size %d", p.Log, p.Size, c.Size)
 	}
-	return rederive.Pin{Log: p.Log, Size: c.Size, Root: c.Root, Checkpoint: p.Checkpoint}, nil
+	return fold.Pin{Log: p.Log, Size: c.Size, Root: c.Root, Checkpoint: p.Checkpoint}, nil
 }

@@ -15,6 +15,8 @@ import (
 	"github.com/auditd/auditd/checkers"
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/rederive"
+	"github.com/auditd/auditd/rederive/fold"
+	"github.com/auditd/auditd/rederive/spec"
 )
 
 // transferSpec is a derivation of account balances from transfers: a
@@ -37,7 +39,7 @@ type balances struct {
 	key    testKey
 	log    *ledger.Log
 	bucket *ledger.Bucket
-	d      rederive.Derivation
+	d      fold.Derivation
 	check  *checkers.InvariantCheck
 	next   int // the next event id
 }
@@ -58,11 +60,11 @@ func newBalances(t *testing.T, invariants []checkers.InvariantSpec) *balances {
 	if err != nil {
 		t.Fatal(err)
 	}
-	specs, err := rederive.ParseSpecs("bal.yaml", []byte(transferSpec))
+	specs, err := spec.Parse("bal.yaml", []byte(transferSpec))
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := rederive.Compile(specs[0])
+	d, err := spec.Compile(specs[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,11 +110,11 @@ func (bs *balances) run() []checkers.Finding {
 	if err != nil || !ok {
 		bs.t.Fatalf("pin: %v %v", ok, err)
 	}
-	res, err := rederive.Fold(ctx, bs.d, nil, []rederive.Span{{Reader: lg.Reader("xfer", pin), To: pin.Size, Pin: pin}}, rederive.FoldOptions{})
+	res, err := fold.Fold(ctx, bs.d, nil, []fold.Span{{Reader: lg.Reader("xfer", pin), To: pin.Size, Pin: pin}}, fold.Options{})
 	if err != nil {
 		bs.t.Fatal(err)
 	}
-	if err := rederive.SaveResult(bs.bucket, bs.d, res); err != nil {
+	if err := fold.SaveResult(bs.bucket, bs.d, res); err != nil {
 		bs.t.Fatal(err)
 	}
 	c := &collector{}
@@ -279,12 +281,12 @@ func TestInvariantLineageBelowCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pin := rederive.Pin{Log: "xfer", Size: watermark, Root: root, Checkpoint: signed.Checkpoint}
-	res, err := rederive.Fold(ctx, bs.d, nil, []rederive.Span{{Reader: lg.Reader("xfer", signed), To: watermark, Pin: pin}}, rederive.FoldOptions{})
+	pin := fold.Pin{Log: "xfer", Size: watermark, Root: root, Checkpoint: signed.Checkpoint}
+	res, err := fold.Fold(ctx, bs.d, nil, []fold.Span{{Reader: lg.Reader("xfer", signed), To: watermark, Pin: pin}}, fold.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rederive.SaveResult(bs.bucket, bs.d, res); err != nil {
+	if err := fold.SaveResult(bs.bucket, bs.d, res); err != nil {
 		t.Fatal(err)
 	}
 	c := &collector{}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/auditd/auditd/checkers"
 	"github.com/auditd/auditd/ledger"
+	"github.com/auditd/auditd/rederive"
 	"github.com/auditd/auditd/rederive/spec"
 )
 

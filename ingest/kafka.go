@@ -137,12 +137,17 @@ func NewKafka(store *ledger.Store, cfg KafkaConfig, logger *slog.Logger) (*Kafka
 		return nil, fmt.Errorf("kafka: %w", err)
 	}
 	k.opts = opts
+	// The admin client first: the consuming one joins its group at once,
+	// and its callbacks read topic ids through k.adm.
+	k.admCl, k.adm = adm, kadm.NewClient(adm)
 	cl, err := k.newClient()
 	if err != nil {
 		adm.Close()
 		return nil, fmt.Errorf("kafka: %w", err)
 	}
-	k.cl, k.admCl, k.adm = cl, adm, kadm.NewClient(adm)
+	k.clMu.Lock()
+	k.cl = cl
+	k.clMu.Unlock()
 	return k, nil
 }
 

@@ -63,6 +63,14 @@ type KafkaConfig struct {
 	// A stalled partition, or a source that has not been in its group for
 	// this long, makes the source not ready and restarts its consumer.
 	StallWindow time.Duration `yaml:"stall_window"`
+	// ResumeRecreated lets a partition whose topic was deleted and
+	// recreated while the source was not consuming it (its topic id
+	// changed) be read again from its first offset, each offset compared
+	// with the leaf its log holds, as when the source sees the recreation
+	// happen. The violation (source_recreated) is raised either way;
+	// without this (the default) the partition stays stopped until an
+	// operator has looked (docs/checkers.md#source_recreated).
+	ResumeRecreated bool `yaml:"resume_recreated"`
 }
 
 // staticInstanceID is the group instance id to join with, "" for a dynamic

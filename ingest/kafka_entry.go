@@ -15,7 +15,28 @@ import (
 
 // entry turns a record into a ledger entry: a pure function of the record,
 // so two instances consuming one partition build identical leaves.
-func (k *Kafka) entry(r *kgo.Record) ledger.Entry {
+func (k *Kafka) entry(r *kgo.Record) ledger.Entry { return recordEntry(&k.cfg, r) }
+
+// RecordLeaf returns the leaf hash the Kafka source configured by cfg gives
+// record r in its partition's log, for comparing a record read again from
+// the broker with the leaf the log holds at its offset. held is that leaf
+// (nil if none): a record first ledgered under a fallback id, its id header
+// taken by an earlier record (merkle.MarkDuplicateID), keeps the id chosen
+// then, which depends on the records before it; the rest of the leaf is
+// recomputed from r.
+func RecordLeaf(cfg KafkaConfig, r *kgo.Record, held *merkle.Leaf) merkle.Hash {
+	cfg.setDefaults()
+	e := recordEntry(&cfg, r)
+	if held != nil && held.Marks&merkle.MarkDuplicateID != 0 {
+		e.ID = held.ID
+		e.Marks |= merkle.MarkDuplicateID
+	}
+	return leafOf(LogName(r.Topic, r.Partition), &e)
+}
+
+// recordEntry is the entry the source builds from r under cfg (defaults
+// set).
+func recordEntry(k *KafkaConfig, r *kgo.Record) ledger.Entry {
 	src := &merkle.Source{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
 	e := ledger.Entry{Source: src, Time: r.Timestamp, HasKey: r.Key != nil, Key: r.Key}
 	if len(e.Key) > merkle.MaxKey {
@@ -27,7 +48,7 @@ func (k *Kafka) entry(r *kgo.Record) ledger.Entry {
 		e.Time = time.Unix(0, 0).UTC()
 	}
 	for _, h := range r.Headers {
-		if h.Key == k.cfg.IDHeader && e.ID == "" && len(h.Value) > 0 && len(h.Value) <= merkle.MaxID && utf8.Valid(h.Value) {
+		if h.Key == k.IDHeader && e.ID == "" && len(h.Value) > 0 && len(h.Value) <= merkle.MaxID && utf8.Valid(h.Value) {
 			e.ID = string(h.Value)
 		}
 		e.Headers = append(e.Headers, merkle.Header{Key: h.Key, Value: h.Value})
@@ -37,7 +58,7 @@ func (k *Kafka) entry(r *kgo.Record) ledger.Entry {
 	}
 	v := r.Value
 	switch {
-	case len(v) > k.cfg.MaxRecordBytes:
+	case len(v) > k.MaxRecordBytes:
 		h := merkle.Hash(sha256.Sum256(v))
 		e.PayloadHash = &h
 		e.Marks |= merkle.MarkOversize

@@ -32,8 +32,10 @@ type partition struct {
 	in    chan batch
 	done  chan struct{}
 
-	mu  sync.Mutex // guards pos, readTo and progressAt; the run goroutine writes pos
+	mu  sync.Mutex // guards pos, topicID, readTo and progressAt; the run goroutine writes pos
 	pos Position
+	// topicID is the topic id the next position records (checkTopicID).
+	topicID string
 	// readTo is the offset after the last record handled, transaction
 	// markers included: at or past pos.Next.
 	readTo int64
@@ -69,6 +71,12 @@ func (p *partition) updateLag(hwm int64) {
 
 func (p *partition) run() {
 	defer close(p.done)
+	if err := p.recordTopicID(); err != nil {
+		p.k.fail(p.name, fmt.Errorf("record topic id: %w", err))
+		for range p.in {
+		}
+		return
+	}
 	for b := range p.in {
 		for len(b.recs) > 0 {
 			n := min(len(b.recs), p.k.cfg.BatchRecords)
@@ -99,7 +107,10 @@ func (p *partition) run() {
 // order) with the new position in one ledger batch.
 func (p *partition) append(recs []*kgo.Record) error {
 	ctx := context.Background()
+	p.mu.Lock()
 	pos := p.pos.clone()
+	pos.TopicID = p.topicID
+	p.mu.Unlock()
 	entries := make([]ledger.Entry, 0, len(recs))
 	var last *kgo.Record
 	var nbytes int
@@ -122,7 +133,7 @@ func (p *partition) append(recs []*kgo.Record) error {
 		last = r
 		nbytes += len(r.Value) + len(r.Key)
 	}
-	if last == nil && len(pos.Conflicted) == len(p.pos.Conflicted) && pos.Conflicts == p.pos.Conflicts {
+	if last == nil && len(pos.Conflicted) == len(p.pos.Conflicted) && pos.Conflicts == p.pos.Conflicts && pos.TopicID == p.pos.TopicID {
 		return nil
 	}
 	var tries []int // by entry: the fallback ids tried
@@ -193,14 +204,7 @@ func (p *partition) checkRedelivered(r *kgo.Record, pos *Position) error {
 	if err != nil {
 		return err
 	}
-	e := p.k.entry(r)
-	if rec.Leaf.Marks&merkle.MarkDuplicateID != 0 {
-		// The id was chosen when the record was first ledgered, from the
-		// ids of the records before it; the rest of the leaf is compared.
-		e.ID = rec.Leaf.ID
-		e.Marks |= merkle.MarkDuplicateID
-	}
-	if leafOf(p.name, &e) == rec.LeafHash {
+	if RecordLeaf(p.k.cfg, r, &rec.Leaf) == rec.LeafHash {
 		return nil
 	}
 	p.violation(r, pos, rec.Index, fmt.Sprintf("record at offset %d differs from the leaf at index %d", r.Offset, rec.Index))

@@ -54,11 +54,11 @@ func (k *Kafka) Status(log string) (*Status, bool) {
 }
 
 type kafkaMetrics struct {
-	consumed, bytes, gaps, conflicts, redelivered, dupIDs *prometheus.CounterVec
-	lag                                                   *prometheus.GaugeVec
-	flagged, fetchErrors, restarts                        prometheus.Counter
-	ready, joined, stalled                                prometheus.Gauge
-	durable                                               prometheus.Histogram
+	consumed, bytes, gaps, conflicts, redelivered, dupIDs, recreated *prometheus.CounterVec
+	lag                                                              *prometheus.GaugeVec
+	flagged, fetchErrors, restarts                                   prometheus.Counter
+	ready, joined, stalled                                           prometheus.Gauge
+	durable                                                          prometheus.Histogram
 }
 
 func newKafkaMetrics() *kafkaMetrics {
@@ -71,6 +71,7 @@ func newKafkaMetrics() *kafkaMetrics {
 		gaps:        cv("kafka_gap_offsets_total", "Offsets a partition skipped (compaction, transaction markers, retention), by log."),
 		conflicts:   cv("kafka_offset_conflicts_total", "Records re-read at an offset the log holds with different content (integrity violations), by log."),
 		redelivered: cv("kafka_redelivered_records_total", "Records delivered again at an offset the log already holds, by log."),
+		recreated:   cv("kafka_topic_recreated_total", "Times a partition's topic was found deleted and recreated (its topic id changed), by log: integrity violations."),
 		dupIDs:      cv("kafka_duplicate_ids_total", "Records whose id header was taken by an earlier record of the partition, by log."),
 		lag:         prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kafka_consumer_lag_records", Help: "Records between the ledger's position and the partition's high watermark, by log."}, []string{"log"}),
 		flagged:     prometheus.NewCounter(prometheus.CounterOpts{Name: "kafka_flagged_records_total", Help: "Records ledgered with a mark (not JSON, not UTF-8, empty, oversize)."}),
@@ -85,5 +86,5 @@ func newKafkaMetrics() *kafkaMetrics {
 }
 
 func (m *kafkaMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.consumed, m.bytes, m.gaps, m.conflicts, m.redelivered, m.dupIDs, m.lag, m.flagged, m.fetchErrors, m.ready, m.joined, m.stalled, m.restarts, m.durable}
+	return []prometheus.Collector{m.consumed, m.bytes, m.gaps, m.conflicts, m.redelivered, m.dupIDs, m.recreated, m.lag, m.flagged, m.fetchErrors, m.ready, m.joined, m.stalled, m.restarts, m.durable}
 }

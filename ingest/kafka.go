@@ -85,24 +85,9 @@ func NewKafka(store *ledger.Store, cfg KafkaConfig, logger *slog.Logger) (*Kafka
 	}
 	k := &Kafka{cfg: cfg, store: store, log: logger, m: newKafkaMetrics(), parts: map[string]*partition{}, hwm: map[string]int64{}, reread: map[string]bool{}, failed: map[string]error{},
 		status: errors.New("kafka: not connected yet"), restart: make(chan string, 1), outSince: time.Now()}
-	conn := []kgo.Opt{
-		kgo.SeedBrokers(cfg.Brokers...),
-		kgo.ClientID(cfg.ClientID),
-		kgo.WithLogger(kgoLogger{logger}),
-		kgo.RetryBackoffFn(func(tries int) time.Duration {
-			d := 100 * time.Millisecond << min(tries, 6)
-			return min(d, 5*time.Second)
-		}),
-	}
-	if cfg.TLS != nil {
-		tc, err := cfg.TLS.config()
-		if err != nil {
-			return nil, err
-		}
-		conn = append(conn, kgo.DialTLSConfig(tc))
-	}
-	if s := cfg.SASL; s != nil {
-		conn = append(conn, kgo.SASL(s.mechanism()))
+	conn, err := cfg.ClientOpts(logger)
+	if err != nil {
+		return nil, err
 	}
 	opts := append(slices.Clip(conn),
 		kgo.ConsumerGroup(cfg.Group),

@@ -200,3 +200,34 @@ func (s *KafkaSASL) mechanism() sasl.Mechanism {
 		return plain.Auth{User: s.Username, Pass: pass}.AsMechanism()
 	}
 }
+
+// ClientOpts returns the options that connect a franz-go client to the
+// configured brokers: the seeds, the client id, TLS and SASL, retry
+// backoff and logging to logger. The source's clients start from them, and
+// so does the re-read check's (package checkers).
+func (c KafkaConfig) ClientOpts(logger *slog.Logger) ([]kgo.Opt, error) {
+	c.setDefaults()
+	if logger == nil {
+		logger = slog.Default()
+	}
+	conn := []kgo.Opt{
+		kgo.SeedBrokers(c.Brokers...),
+		kgo.ClientID(c.ClientID),
+		kgo.WithLogger(kgoLogger{logger}),
+		kgo.RetryBackoffFn(func(tries int) time.Duration {
+			d := 100 * time.Millisecond << min(tries, 6)
+			return min(d, 5*time.Second)
+		}),
+	}
+	if c.TLS != nil {
+		tc, err := c.TLS.config()
+		if err != nil {
+			return nil, err
+		}
+		conn = append(conn, kgo.DialTLSConfig(tc))
+	}
+	if s := c.SASL; s != nil {
+		conn = append(conn, kgo.SASL(s.mechanism()))
+	}
+	return conn, nil
+}

@@ -27,7 +27,7 @@ const rereadRecords = 3000
 
 // kafkaEnv is a broker, a store and the source feeding it.
 type kafkaEnv struct {
-	t     *testing.T
+	t     testing.TB
 	c     *kfake.Cluster
 	addrs []string
 	prod  *kgo.Client
@@ -44,7 +44,7 @@ type runningSource struct {
 	vs     chan ingest.Violation
 }
 
-func newKafkaEnv(t *testing.T) *kafkaEnv {
+func newKafkaEnv(t testing.TB) *kafkaEnv {
 	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
@@ -142,10 +142,10 @@ func (e *kafkaEnv) stop() {
 	}
 }
 
-// wait polls cond for up to a minute.
-func wait(t *testing.T, what string, cond func() bool) {
+// wait polls cond for up to 3 minutes (the benchmark ledgers 100,000 records).
+func wait(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(3 * time.Minute); !cond(); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
 		}

@@ -1,5 +1,7 @@
-// Package ingest turns event sources into ledger entries: request bodies and
-// NDJSON files decoded here, Kafka topics later.
+// Package ingest turns event sources into ledger entries: request bodies (a
+// JSON array or NDJSON, Decode) and Kafka topic partitions, consumed
+// exactly once, one ledger log per partition, with the partition's position
+// committed in the same batch as its entries (Kafka, Position).
 package ingest
 
 import (

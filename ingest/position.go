@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 )
@@ -12,6 +13,11 @@ import (
 type Position struct {
 	Topic     string `json:"topic"`
 	Partition int32  `json:"partition"`
+	// TopicID is the topic's id (a UUID, in Kafka's base64 form) when the
+	// partition was assigned: a topic deleted and recreated under the same
+	// name has a new one. Empty in positions written before it was recorded
+	// (and for brokers without topic ids, before Kafka 2.8).
+	TopicID string `json:"topic_id,omitempty"`
 	// Next is the next offset to read: every offset below it is either a
 	// leaf of the log or inside a recorded gap.
 	Next int64 `json:"next"`
@@ -87,4 +93,14 @@ func (p *Position) clone() Position {
 	c.Gaps = append([]Gap(nil), p.Gaps...)
 	c.Conflicted = append([]Conflict(nil), p.Conflicted...)
 	return c
+}
+
+// TopicIDString is a topic id as Position.TopicID holds it: Kafka's own
+// form (URL-safe base64 without padding, as kafka-topics.sh prints it), ""
+// for the zero id of a broker without topic ids.
+func TopicIDString(id [16]byte) string {
+	if id == ([16]byte{}) {
+		return ""
+	}
+	return base64.RawURLEncoding.EncodeToString(id[:])
 }

@@ -28,6 +28,10 @@ const (
 
 	IntegrityPeerCheckpointBad = "peer_checkpoint_bad" // a peer's checkpoint does not verify with its key or names another origin
 	IntegrityInvariant         = "invariant"           // a derivation's state fails one of its declared invariants
+
+	IntegritySourceRecreated = "source_recreated" // a Kafka topic a log was read from was deleted and recreated (its topic id changed)
+	IntegritySourceMismatch  = "source_mismatch"  // a Kafka record re-read from the broker differs from the leaf the log holds for its offset
+	IntegritySourceMissing   = "source_missing"   // an offset the log holds is absent from the partition's retained range (not compacted)
 )
 
 // IntegrityError is an ErrIntegrity with where it was found.

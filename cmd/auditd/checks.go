@@ -64,7 +64,11 @@ func startChecks(store *ledger.Store, v note.Verifier, cfg ChecksConfig, alerts 
 	if err != nil {
 		return nil, nil, err
 	}
-	for _, c := range slices.Concat(daemonCheckers(store, v, cfg), peers, invariants) {
+	rereads, err := kafkaRereadCheckers(store, cfg.kafka, cfg.KafkaReread, cfg.Jitter, reg, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, c := range slices.Concat(daemonCheckers(store, v, cfg), peers, invariants, rereads) {
 		if err := r.Register(c.checker, c.schedule); err != nil {
 			return nil, nil, err
 		}

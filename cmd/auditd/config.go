@@ -175,8 +175,13 @@ type ChecksConfig struct {
 	// Invariants declares CEL conditions over derivations' state, checked
 	// over each one's latest saved result (see InvariantsConfig).
 	Invariants InvariantsConfig `yaml:"invariants"`
+	// KafkaReread schedules the Kafka source re-read, on whenever a Kafka
+	// source is configured (see KafkaRereadConfig).
+	KafkaReread KafkaRereadConfig `yaml:"kafka_reread"`
 	// derivations are the derivation spec files (Config.Derivations).
 	derivations []string
+	// kafka is the Kafka source's configuration (Config.Kafka).
+	kafka *ingest.KafkaConfig
 }
 
 // WebhookConfig is an alert webhook receiver.
@@ -204,7 +209,7 @@ func defaultConfig() Config {
 		LogLevel: "info", LogFormat: "text",
 		Checks: ChecksConfig{ScrubInterval: 24 * time.Hour, ScrubRate: 20_000, CheckpointAuditInterval: time.Hour,
 			CheckpointAuditRate: 250, Jitter: 15 * time.Minute, Peers: PeersConfig{Interval: time.Minute},
-			Invariants: InvariantsConfig{Interval: time.Minute}},
+			Invariants: InvariantsConfig{Interval: time.Minute}, KafkaReread: defaultKafkaReread()},
 	}
 }
 
@@ -263,6 +268,10 @@ func (c *Config) validate() error {
 		return errors.New("config: max_body_bytes must be positive")
 	}
 	c.Checks.derivations = c.Derivations
+	c.Checks.kafka = c.Kafka
+	if err := c.Checks.KafkaReread.validate(); err != nil {
+		return err
+	}
 	if _, err := c.Checks.Peers.peers(nil); err != nil { // this instance as a peer: at start, with the key
 		return err
 	}

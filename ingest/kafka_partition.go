@@ -1,0 +1,249 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/auditd/auditd/ledger"
+	"github.com/auditd/auditd/merkle"
+)
+
+// batch is records of one partition from one poll.
+type batch struct {
+	recs   []*kgo.Record // without transaction markers
+	hwm    int64
+	polled time.Time
+	end    int64 // the offset after the last record fetched, markers included
+}
+
+// partition appends one partition's records to its log, in offset order.
+type partition struct {
+	k     *Kafka
+	name  string
+	topic string
+	log   *ledger.Log
+	in    chan batch
+	done  chan struct{}
+
+	mu  sync.Mutex // guards pos, topicID, readTo and progressAt; the run goroutine writes pos
+	pos Position
+	// topicID is the topic id the next position records (checkTopicID).
+	topicID string
+	// readTo is the offset after the last record handled, transaction
+	// markers included: at or past pos.Next.
+	readTo int64
+	// progressAt is when readTo last advanced, or the partition was last
+	// seen with nothing to read.
+	progressAt time.Time
+
+	consumed, bytes, gaps, conflicts, redelivered prometheus.Counter
+}
+
+func (p *partition) stop() {
+	close(p.in)
+	<-p.done
+}
+
+// caughtUp ends a re-read of the partition (see Kafka.reread): it has
+// reached the log's position.
+func (p *partition) caughtUp() {
+	p.k.mu.Lock()
+	if p.k.reread[p.name] {
+		delete(p.k.reread, p.name)
+		p.k.log.Info("kafka partition re-read up to the log's position", "log", p.name, "next_offset", p.pos.Next)
+	}
+	p.k.mu.Unlock()
+}
+
+func (p *partition) updateLag(hwm int64) {
+	p.mu.Lock()
+	next := p.pos.Next
+	p.mu.Unlock()
+	p.k.m.lag.WithLabelValues(p.name).Set(float64(max(hwm-next, 0)))
+}
+
+func (p *partition) run() {
+	defer close(p.done)
+	if err := p.recordTopicID(); err != nil {
+		p.k.fail(p.name, fmt.Errorf("record topic id: %w", err))
+		for range p.in {
+		}
+		return
+	}
+	for b := range p.in {
+		for len(b.recs) > 0 {
+			n := min(len(b.recs), p.k.cfg.BatchRecords)
+			if err := p.append(b.recs[:n]); err != nil {
+				// The ledger refused or failed: stop this partition without
+				// advancing; the records are read again after a restart.
+				p.k.fail(p.name, fmt.Errorf("append at offset %d: %w", b.recs[0].Offset, err))
+				for range p.in {
+				}
+				return
+			}
+			if p.pos.Next <= b.recs[n-1].Offset+1 {
+				p.caughtUp()
+			}
+			b.recs = b.recs[n:]
+		}
+		p.mu.Lock()
+		if end := max(p.pos.Next, b.end); end > p.readTo {
+			p.readTo, p.progressAt = end, time.Now()
+		}
+		p.mu.Unlock()
+		p.updateLag(b.hwm)
+		p.k.m.durable.Observe(time.Since(b.polled).Seconds())
+	}
+}
+
+// append ledgers recs (consecutive records of the partition, in offset
+// order) with the new position in one ledger batch.
+func (p *partition) append(recs []*kgo.Record) error {
+	ctx := context.Background()
+	p.mu.Lock()
+	pos := p.pos.clone()
+	pos.TopicID = p.topicID
+	p.mu.Unlock()
+	entries := make([]ledger.Entry, 0, len(recs))
+	var last *kgo.Record
+	var nbytes int
+	for _, r := range recs {
+		if r.Offset < pos.Next {
+			// Delivered again (a rebalance, a retry): the log holds this
+			// offset already. Check that it is the same record.
+			if err := p.checkRedelivered(r, &pos); err != nil {
+				return err
+			}
+			continue
+		}
+		if r.Offset > pos.Next {
+			pos.addGap(pos.Next, r.Offset-1)
+			p.gaps.Add(float64(r.Offset - pos.Next))
+			p.k.log.Info("kafka offsets skipped", "log", p.name, "from", pos.Next, "to", r.Offset-1)
+		}
+		entries = append(entries, p.k.entry(r))
+		pos.Next = r.Offset + 1
+		last = r
+		nbytes += len(r.Value) + len(r.Key)
+	}
+	if last == nil && len(pos.Conflicted) == len(p.pos.Conflicted) && pos.Conflicts == p.pos.Conflicts && pos.TopicID == p.pos.TopicID {
+		return nil
+	}
+	var tries []int // by entry: the fallback ids tried
+	for {
+		_, err := p.log.AppendSource(ctx, entries, pos.encode())
+		var ce *ledger.ConflictError
+		if errors.As(err, &ce) {
+			// The id is taken by an earlier record of the partition (a
+			// producer retry, a reused id): ledger this record under its
+			// position instead, marked. If a producer took that id too,
+			// number it. Deterministic: it depends only on the partition's
+			// earlier records. Each retry moves one entry to its next id,
+			// so this ends.
+			e := &entries[ce.Item]
+			if tries == nil {
+				tries = make([]int, len(entries))
+			}
+			if tries[ce.Item] == 0 {
+				e.Marks |= merkle.MarkDuplicateID
+				p.k.m.dupIDs.WithLabelValues(p.name).Inc()
+			}
+			id, ok := fallbackID(e, &tries[ce.Item])
+			if !ok {
+				return err
+			}
+			e.ID = id
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		break
+	}
+	p.mu.Lock()
+	p.pos = pos
+	if pos.Next > p.readTo {
+		p.readTo, p.progressAt = pos.Next, time.Now()
+	}
+	p.mu.Unlock()
+	if last != nil {
+		flagged := 0
+		for i := range entries {
+			if entries[i].Marks&^merkle.MarkDuplicateID != 0 {
+				flagged++
+			}
+		}
+		p.k.m.flagged.Add(float64(flagged))
+		p.consumed.Add(float64(len(entries)))
+		p.bytes.Add(float64(nbytes))
+		// The group offset follows the ledger, never leads it.
+		p.k.client().MarkCommitRecords(last)
+	}
+	return nil
+}
+
+// checkRedelivered compares a record at an offset the log already holds
+// with the leaf the log has for it. A difference is an integrity violation:
+// the original leaf stays, and the conflict is recorded in pos.
+func (p *partition) checkRedelivered(r *kgo.Record, pos *Position) error {
+	p.redelivered.Inc()
+	rec, err := p.findOffset(r.Offset)
+	if errors.Is(err, ledger.ErrNotFound) {
+		// Inside a recorded gap: the offset was skipped when first read, so
+		// a record there now was written after the fact.
+		p.violation(r, pos, 0, fmt.Sprintf("offset %d was skipped when first read; a record is there now", r.Offset))
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if RecordLeaf(p.k.cfg, r, &rec.Leaf) == rec.LeafHash {
+		return nil
+	}
+	p.violation(r, pos, rec.Index, fmt.Sprintf("record at offset %d differs from the leaf at index %d", r.Offset, rec.Index))
+	return nil
+}
+
+func (p *partition) violation(r *kgo.Record, pos *Position, index uint64, detail string) {
+	e := p.k.entry(r)
+	h := leafOf(p.name, &e)
+	for _, c := range pos.Conflicted {
+		if c.Offset == r.Offset && c.LeafHash == h.String() {
+			return // the same rewrite seen again
+		}
+	}
+	pos.addConflict(Conflict{Offset: r.Offset, Index: index, LeafHash: h.String()})
+	p.conflicts.Inc()
+	p.k.log.Error("integrity violation: kafka record differs from the ledger", "log", p.name, "offset", r.Offset, "index", index, "detail", detail)
+	if f := p.k.OnViolation; f != nil {
+		f(Violation{Log: p.name, Kind: "offset_conflict", Offset: r.Offset, Index: index, LeafHash: h, Detail: detail})
+	}
+}
+
+// findOffset finds the entry of the log read from offset, by binary search:
+// a partition's log holds its records in offset order.
+func (p *partition) findOffset(off int64) (*ledger.Record, error) {
+	size := p.log.Size()
+	i := sort.Search(int(size), func(i int) bool {
+		rec, err := p.log.Entry(uint64(i))
+		return err != nil || rec.Leaf.Source == nil || rec.Leaf.Source.Offset >= off
+	})
+	if uint64(i) == size {
+		return nil, ledger.ErrNotFound
+	}
+	rec, err := p.log.Entry(uint64(i))
+	if err != nil {
+		return nil, err
+	}
+	if rec.Leaf.Source == nil || rec.Leaf.Source.Offset != off {
+		return nil, ledger.ErrNotFound
+	}
+	return rec, nil
+}

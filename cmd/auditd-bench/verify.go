@@ -6,8 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -21,10 +19,11 @@ import (
 
 	"github.com/auditd/auditd/api"
 	"github.com/auditd/auditd/client"
+	"github.com/auditd/auditd/internal/loadtest"
 	"github.com/auditd/auditd/rederive"
 )
 
-const benchVerifyUsage = `Usage: auditd bench verify -data-dir DIR [flags]
+const benchVerifyUsage = `Usage: auditd-bench verify -data-dir DIR [flags]
 
 Measures auditd verify --server: the derivation check of "auditd bench
 derive" (a sum of amounts by account over the log "payments", compared with
@@ -33,30 +32,27 @@ over HTTP and proves it against the signed checkpoint. The server is an
 auditd API on a loopback port in this process, over the ledger of a load
 made by
 
-  auditd bench derive -phase load -data-dir DIR -events N
+  auditd-bench derive -phase load -data-dir DIR -events N
 
 so the two share the CPUs; the run's time is the wall time of the check,
 -runs times, with the requests served by kind.
 
 `
 
-func benchVerify(args []string) error {
+func runVerify(args []string) error {
 	f := benchDeriveFlags{set: map[string]bool{}, phase: "verify"}
-	fs := flag.NewFlagSet("bench verify", flag.ContinueOnError)
-	fs.StringVar(&f.dir, "data-dir", "", "data directory of an \"auditd bench derive -phase load\"")
+	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
+	fs.StringVar(&f.dir, "data-dir", "", "data directory of an \"auditd-bench derive -phase load\"")
 	fs.StringVar(&f.pg, "pg", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "PostgreSQL DSN of the derived store")
 	fs.IntVar(&f.workers, "workers", 0, "Runner workers (0: GOMAXPROCS)")
 	runs := fs.Int("runs", 3, "runs of the check")
 	fs.StringVar(&f.jsonOut, "json", "", "also write the results as JSON to this file")
 	fs.Usage = func() { fmt.Fprint(fs.Output(), benchVerifyUsage); fs.PrintDefaults() }
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
+	if err := parseFlags(fs, args); err != nil {
+		return done(err)
 	}
 	if fs.NArg() > 0 || f.dir == "" || *runs < 1 {
-		return errors.New("bench verify: want -data-dir of a load, -runs at least 1, no arguments")
+		return errors.New("verify: want -data-dir of a load, -runs at least 1, no arguments")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -71,7 +67,7 @@ func benchVerify(args []string) error {
 		return err
 	}
 
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	quiet := loadtest.Quiet()
 	var mu sync.Mutex
 	requests := map[string]int{}
 	srv := api.New(st, m.VerifierKey, api.Options{Logger: quiet})
@@ -113,14 +109,14 @@ func benchVerify(args []string) error {
 		clear(requests)
 		mu.Unlock()
 		r := &rederive.Runner{Ledger: &rederive.RemoteLedger{Client: client.New(url, verifier)}, Workers: workers, Logger: quiet}
-		la0, cpu0, t0 := deriveLoadAvg(), deriveCPU(), time.Now()
+		la0, cpu0, t0 := loadtest.LoadAvg(1), loadtest.CPUTime(), time.Now()
 		rep, err := r.Run(ctx, rederive.Job{Spec: specs[0], Derivation: d}, true)
-		took, cpu := time.Since(t0), deriveCPU()-cpu0
+		took, cpu := time.Since(t0), loadtest.CPUTime()-cpu0
 		if err != nil {
 			return err
 		}
 		if rep.State != rederive.StateClean || rep.Events != uint64(f.events) {
-			return fmt.Errorf("bench verify: run %d is %s with %d events (%s: %s)", i+1, rep.State, rep.Events, rep.ErrorKind, rep.Error)
+			return fmt.Errorf("verify: run %d is %s with %d events (%s: %s)", i+1, rep.State, rep.Events, rep.ErrorKind, rep.Error)
 		}
 		mu.Lock()
 		var kinds []string
@@ -131,7 +127,7 @@ func benchVerify(args []string) error {
 		slices.Sort(kinds)
 		times = append(times, took.Seconds())
 		fmt.Printf("verify: run %d: %.2fs (%.0f events/s), %.2f CPU-s in the process (client and server), load average %s then %s; requests: %s\n",
-			i+1, took.Seconds(), float64(f.events)/took.Seconds(), cpu.Seconds(), la0, deriveLoadAvg(), strings.Join(kinds, ", "))
+			i+1, took.Seconds(), float64(f.events)/took.Seconds(), cpu.Seconds(), la0, loadtest.LoadAvg(1), strings.Join(kinds, ", "))
 		res[fmt.Sprintf("run_%d_seconds", i+1)] = took.Seconds()
 	}
 	sorted := slices.Clone(times)
@@ -139,9 +135,5 @@ func benchVerify(args []string) error {
 	med := sorted[len(sorted)/2]
 	res["median_seconds"], res["events"] = med, f.events
 	fmt.Printf("verify: median of %d runs %.2fs (%.0f events/s), best %.2fs\n", len(times), med, float64(f.events)/med, sorted[0])
-	if f.jsonOut != "" {
-		b, _ := json.MarshalIndent(res, "", "  ")
-		return os.WriteFile(f.jsonOut, append(b, '\n'), 0o644)
-	}
-	return nil
+	return writeJSON(f.jsonOut, "verify", res)
 }

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/auditd/auditd/internal/loadtest"
+	"github.com/auditd/auditd/ledger"
+	"github.com/auditd/auditd/rederive"
+)
+
+type deriveSplitResult struct {
+	foldRate, compareRate float64
+}
+
+// deriveSplit times Fold and Compare apart, and the parts below them:
+// reading the log (Pebble and the entry decoding), reading and preparing
+// events (JSON decoding and the key expression), exporting the states and
+// scanning the table. Each part reports its wall time and the process's
+// CPU time, whose rate per GOMAXPROCS CPUs is what the part would reach
+// on CPUs of its own (the machine may be shared).
+func deriveSplit(ctx context.Context, st *ledger.Store, spec *rederive.Spec, d rederive.Derivation, workers int, memProfile string, res map[string]any) (deriveSplitResult, error) {
+	var out deriveSplitResult
+	lg := rederive.LocalLedger{Store: st}
+	pin, ok, err := lg.Pin(ctx, deriveLog)
+	if err != nil || !ok {
+		return out, fmt.Errorf("derive: no checkpoint of %s: %v", deriveLog, err)
+	}
+	reader := lg.Reader(deriveLog, pin)
+	n := pin.Size
+	procs := float64(runtime.GOMAXPROCS(0))
+	fmt.Printf("\nderive: split run: the parts timed apart (%d workers; load average %s)\n", workers, loadtest.LoadAvg(1))
+	fmt.Printf("  %-44s %8s %8s  %18s  %s\n", "part", "wall", "CPU", "rate (wall)", "rate (CPU-s / GOMAXPROCS)")
+	part := func(key, name, unit string, fn func() (float64, error)) (float64, error) {
+		runtime.GC()
+		t0, c0 := time.Now(), loadtest.CPUTime()
+		units, err := fn()
+		took, cpu := time.Since(t0), loadtest.CPUTime()-c0
+		if err != nil {
+			return 0, err
+		}
+		rate, cpuRate := units/took.Seconds(), units/(cpu.Seconds()/procs)
+		fmt.Printf("  %-44s %7.2fs %7.2fs  %10.0f %-7s  %10.0f %s/s\n", name, took.Seconds(), cpu.Seconds(), rate, unit+"/s", cpuRate, unit)
+		res["split_"+key+"_seconds"], res["split_"+key+"_cpu_seconds"] = took.Seconds(), cpu.Seconds()
+		return rate, nil
+	}
+
+	// Read only: workers goroutines on disjoint ranges, as Fold reads.
+	_, err = part("read", "read the log (Pebble + entry decoding)", "events", func() (float64, error) {
+		return float64(n), deriveRanges(workers, n, func(from, to uint64) error {
+			return reader.Entries(ctx, from, to, func(*ledger.Record) error { return nil })
+		})
+	})
+	if err != nil {
+		return out, err
+	}
+	// Read and prepare: JSON decoding, the key expression.
+	_, err = part("prepare", "read + Prepare (JSON decode, key expression)", "events", func() (float64, error) {
+		return float64(n), deriveRanges(workers, n, func(from, to uint64) error {
+			return reader.Entries(ctx, from, to, func(r *ledger.Record) error {
+				ev := rederive.Event{Log: deriveLog, Index: r.Index, ID: r.Leaf.ID, Time: time.Unix(0, r.Leaf.Time).UTC(), Payload: r.Payload}
+				_, _, err := d.Prepare(&ev)
+				return err
+			})
+		})
+	})
+	if err != nil {
+		return out, err
+	}
+	// Fold: the above, plus the steps by key and the merge of the shards.
+	var fr *rederive.Result
+	out.foldRate, err = part("fold", "Fold (read, prepare, step, merge)", "events", func() (float64, error) {
+		var err error
+		fr, err = rederive.Fold(ctx, d, nil, []rederive.Span{{Reader: reader, From: 0, To: n, Pin: pin}},
+			rederive.FoldOptions{Workers: workers, ErrorBudget: spec.ErrorBudget, Fingerprint: rederive.Fingerprint(spec)})
+		if err != nil {
+			return 0, err
+		}
+		return float64(fr.Events), nil
+	})
+	if err != nil {
+		return out, err
+	}
+	res["fold_events_per_second"] = out.foldRate
+	expected := make(map[string]any, len(fr.States))
+	_, err = part("export", "export the states (as Runner.Run does)", "keys", func() (float64, error) {
+		for k, s := range fr.States {
+			v, err := d.Export(s)
+			if err != nil {
+				return 0, err
+			}
+			expected[k] = v
+		}
+		return float64(len(expected)), nil
+	})
+	if err != nil {
+		return out, err
+	}
+	if memProfile != "" {
+		if err := deriveHeapProfile(memProfile); err != nil {
+			return out, err
+		}
+		runtime.KeepAlive(fr)
+	}
+	fr = nil
+	store, err := rederive.OpenStore(ctx, spec.Store)
+	if err != nil {
+		return out, err
+	}
+	defer store.Close()
+	_, err = part("scan", "scan the table (PostgreSQL, pgx, values)", "rows", func() (float64, error) {
+		var rows int64
+		err := store.Scan(ctx, func(rederive.Row) error { rows++; return nil })
+		return float64(rows), err
+	})
+	if err != nil {
+		return out, err
+	}
+	var drift int
+	out.compareRate, err = part("compare", "Compare (scan, look up, equal)", "rows", func() (float64, error) {
+		stats, err := rederive.Compare(ctx, store, expected, spec.Compare, func(rederive.Drift) error { drift++; return nil })
+		return float64(stats.Rows), err
+	})
+	if err != nil {
+		return out, err
+	}
+	res["compare_rows_per_second"] = out.compareRate
+	if drift != 0 {
+		return out, fmt.Errorf("derive: split run: %d drift", drift)
+	}
+	return out, nil
+}
+
+// deriveRanges runs fn on workers disjoint ranges covering [0, n).
+func deriveRanges(workers int, n uint64, fn func(from, to uint64) error) error {
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			errs[w] = fn(uint64(w)*n/uint64(workers), uint64(w+1)*n/uint64(workers))
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}

@@ -28,7 +28,8 @@ func deriveSetup(ctx context.Context, dir string, f *benchDeriveFlags, res map[s
 	if err != nil {
 		return nil, nil, err
 	}
-	if m != nil && (f.reuse || f.phase == "verify") {
+	reuse := m != nil && (f.reuse || f.phase == "verify")
+	if reuse {
 		// Adopt the load's sizes unless the command line names others.
 		if !f.set["events"] {
 			f.events = m.Events
@@ -43,9 +44,7 @@ func deriveSetup(ctx context.Context, dir string, f *benchDeriveFlags, res map[s
 			return nil, nil, fmt.Errorf("derive: %s holds a load of %d events, %d keys, seed %d, not %d, %d, %d",
 				dir, m.Events, m.Keys, m.Seed, f.events, f.keys, f.seed)
 		}
-	}
-	reuse := m != nil && (f.reuse || f.phase == "verify")
-	if !reuse {
+	} else {
 		if f.phase == "verify" {
 			return nil, nil, fmt.Errorf("derive: %s holds no completed load (no %s): run -phase load first", dir, deriveManifest)
 		}
@@ -53,69 +52,90 @@ func deriveSetup(ctx context.Context, dir string, f *benchDeriveFlags, res map[s
 			return nil, nil, fmt.Errorf("derive: %s is not empty: pass -reuse to reuse its load, or name an empty or new directory", dir)
 		}
 	}
-
 	t0 := time.Now()
-	sums, counts := deriveExpected(*f)
-	accounts, total := 0, int64(0)
-	for i, c := range counts {
-		if c > 0 {
-			accounts++
-			total += sums[i]
-		}
-	}
-	res["events"], res["keys"], res["accounts"] = f.events, f.keys, accounts
+	x := deriveExpectedOf(*f)
+	res["events"], res["keys"], res["accounts"] = f.events, f.keys, x.accounts
 	fmt.Printf("derive: %d events over %d keys (%d with events), seed %d; expected balances computed in %.2fs\n",
-		f.events, f.keys, accounts, f.seed, time.Since(t0).Seconds())
-
-	quiet := loadtest.Quiet()
+		f.events, f.keys, x.accounts, f.seed, time.Since(t0).Seconds())
 	if reuse {
-		if m.Accounts != accounts || m.Total != total {
-			return nil, nil, fmt.Errorf("derive: %s: the manifest's totals (%d accounts, %d) are not this build's (%d, %d)", dir, m.Accounts, m.Total, accounts, total)
-		}
-		signer, verifier, err := deriveKeys(m)
-		if err != nil {
-			return nil, nil, err
-		}
-		t0 := time.Now()
-		st, err := ledger.Open(dir, signer, verifier, ledger.WithLogger(quiet))
-		if err != nil {
-			return nil, nil, err
-		}
-		l, err := st.Log(deriveLog)
-		if err == nil && (l.Checkpoint() == nil || l.Checkpoint().Size != uint64(f.events)) {
-			err = fmt.Errorf("derive: %s: log %s is not checkpointed at %d entries", dir, deriveLog, f.events)
-		}
-		if err != nil {
-			st.Close()
-			return nil, nil, err
-		}
-		res["open_seconds"] = time.Since(t0).Seconds()
-		fmt.Printf("derive: reusing %s: ledger opened in %.2fs\n", dir, time.Since(t0).Seconds())
-		ok, err := deriveTableMatches(ctx, f.pg, accounts, total)
-		if err != nil {
-			st.Close()
-			return nil, nil, err
-		}
-		if !ok {
-			fmt.Printf("derive: table %s does not hold the expected balances: writing it\n", deriveTable)
-			t0 := time.Now()
-			if err := deriveWriteTable(ctx, f.pg, sums, counts); err != nil {
-				st.Close()
-				return nil, nil, err
-			}
-			fmt.Printf("derive: table written in %.2fs\n", time.Since(t0).Seconds())
-		}
-		return st, m, nil
+		st, err := deriveReuse(ctx, dir, f, m, x, res)
+		return st, m, err
 	}
+	return deriveLoadNew(ctx, dir, f, x, res)
+}
 
-	// Load: the ledger, and at the same time the table.
+// deriveBalances are the expected balances of a load.
+type deriveBalances struct {
+	sums     []int64
+	counts   []uint32
+	accounts int   // with at least one event
+	total    int64 // the sum of every amount
+}
+
+func deriveExpectedOf(f benchDeriveFlags) deriveBalances {
+	x := deriveBalances{}
+	x.sums, x.counts = deriveExpected(f)
+	for i, c := range x.counts {
+		if c > 0 {
+			x.accounts++
+			x.total += x.sums[i]
+		}
+	}
+	return x
+}
+
+// deriveReuse opens the ledger of a completed load and rewrites the table
+// unless it holds the expected balances.
+func deriveReuse(ctx context.Context, dir string, f *benchDeriveFlags, m *deriveManifestFile, x deriveBalances, res map[string]any) (*ledger.Store, error) {
+	if m.Accounts != x.accounts || m.Total != x.total {
+		return nil, fmt.Errorf("derive: %s: the manifest's totals (%d accounts, %d) are not this build's (%d, %d)", dir, m.Accounts, m.Total, x.accounts, x.total)
+	}
+	signer, verifier, err := deriveKeys(m)
+	if err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	st, err := ledger.Open(dir, signer, verifier, ledger.WithLogger(loadtest.Quiet()))
+	if err != nil {
+		return nil, err
+	}
+	l, err := st.Log(deriveLog)
+	if err == nil && (l.Checkpoint() == nil || l.Checkpoint().Size != uint64(f.events)) {
+		err = fmt.Errorf("derive: %s: log %s is not checkpointed at %d entries", dir, deriveLog, f.events)
+	}
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	res["open_seconds"] = time.Since(t0).Seconds()
+	fmt.Printf("derive: reusing %s: ledger opened in %.2fs\n", dir, time.Since(t0).Seconds())
+	ok, err := deriveTableMatches(ctx, f.pg, x.accounts, x.total)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	if !ok {
+		fmt.Printf("derive: table %s does not hold the expected balances: writing it\n", deriveTable)
+		t0 := time.Now()
+		if err := deriveWriteTable(ctx, f.pg, x.sums, x.counts); err != nil {
+			st.Close()
+			return nil, err
+		}
+		fmt.Printf("derive: table written in %.2fs\n", time.Since(t0).Seconds())
+	}
+	return st, nil
+}
+
+// deriveLoadNew loads the ledger, and at the same time the table, and
+// records the load in its manifest.
+func deriveLoadNew(ctx context.Context, dir string, f *benchDeriveFlags, x deriveBalances, res map[string]any) (*ledger.Store, *deriveManifestFile, error) {
 	skey, vkey, err := note.GenerateKey(crand.Reader, "bench-derive.local")
 	if err != nil {
 		return nil, nil, err
 	}
 	signer, _ := note.NewSigner(skey)
 	verifier, _ := note.NewVerifier(vkey)
-	st, err := ledger.Open(dir, signer, verifier, ledger.WithLogger(quiet))
+	st, err := ledger.Open(dir, signer, verifier, ledger.WithLogger(loadtest.Quiet()))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -124,7 +144,7 @@ func deriveSetup(ctx context.Context, dir string, f *benchDeriveFlags, res map[s
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		t0 := time.Now()
-		tableErr = deriveWriteTable(ctx, f.pg, sums, counts)
+		tableErr = deriveWriteTable(ctx, f.pg, x.sums, x.counts)
 		tableTook = time.Since(t0)
 	})
 	took, err := deriveLoad(ctx, st, *f)
@@ -139,8 +159,8 @@ func deriveSetup(ctx context.Context, dir string, f *benchDeriveFlags, res map[s
 	res["load_seconds"], res["load_events_per_second"] = took.Seconds(), float64(f.events)/took.Seconds()
 	res["table_seconds"] = tableTook.Seconds()
 	fmt.Printf("derive: loaded %d events in %.2fs (%.0f events/s, to the covering checkpoint); table of %d rows written in %.2fs alongside\n",
-		f.events, took.Seconds(), float64(f.events)/took.Seconds(), accounts, tableTook.Seconds())
-	m = &deriveManifestFile{Events: f.events, Keys: f.keys, Seed: f.seed, Accounts: accounts, Total: total, NoteKey: skey, VerifierKey: vkey}
+		f.events, took.Seconds(), float64(f.events)/took.Seconds(), x.accounts, tableTook.Seconds())
+	m := &deriveManifestFile{Events: f.events, Keys: f.keys, Seed: f.seed, Accounts: x.accounts, Total: x.total, NoteKey: skey, VerifierKey: vkey}
 	b, _ := json.MarshalIndent(m, "", "  ")
 	if err := os.WriteFile(filepath.Join(dir, deriveManifest), append(b, '\n'), 0o600); err != nil {
 		st.Close()

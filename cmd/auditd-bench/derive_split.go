@@ -30,37 +30,59 @@ func deriveSplit(ctx context.Context, st *ledger.Store, spec *rederive.Spec, d r
 	if err != nil || !ok {
 		return out, fmt.Errorf("derive: no checkpoint of %s: %v", deriveLog, err)
 	}
-	reader := lg.Reader(deriveLog, pin)
-	n := pin.Size
-	procs := float64(runtime.GOMAXPROCS(0))
 	fmt.Printf("\nderive: split run: the parts timed apart (%d workers; load average %s)\n", workers, loadtest.LoadAvg(1))
 	fmt.Printf("  %-44s %8s %8s  %18s  %s\n", "part", "wall", "CPU", "rate (wall)", "rate (CPU-s / GOMAXPROCS)")
-	part := func(key, name, unit string, fn func() (float64, error)) (float64, error) {
-		runtime.GC()
-		t0, c0 := time.Now(), loadtest.CPUTime()
-		units, err := fn()
-		took, cpu := time.Since(t0), loadtest.CPUTime()-c0
-		if err != nil {
-			return 0, err
-		}
-		rate, cpuRate := units/took.Seconds(), units/(cpu.Seconds()/procs)
-		fmt.Printf("  %-44s %7.2fs %7.2fs  %10.0f %-7s  %10.0f %s/s\n", name, took.Seconds(), cpu.Seconds(), rate, unit+"/s", cpuRate, unit)
-		res["split_"+key+"_seconds"], res["split_"+key+"_cpu_seconds"] = took.Seconds(), cpu.Seconds()
-		return rate, nil
+	sp := splitParts{ctx: ctx, reader: lg.Reader(deriveLog, pin), pin: pin, n: pin.Size, workers: workers, res: res}
+	expected, err := sp.fold(spec, d, memProfile, &out)
+	if err != nil {
+		return out, err
 	}
+	out.compareRate, err = sp.compare(spec, expected)
+	return out, err
+}
 
+// splitParts are the parts of a check deriveSplit times.
+type splitParts struct {
+	ctx     context.Context
+	reader  rederive.LogReader
+	pin     rederive.Pin
+	n       uint64
+	workers int
+	res     map[string]any
+}
+
+// part times fn, which returns the units it handled, and prints its rates.
+func (sp splitParts) part(key, name, unit string, fn func() (float64, error)) (float64, error) {
+	procs := float64(runtime.GOMAXPROCS(0))
+	runtime.GC()
+	t0, c0 := time.Now(), loadtest.CPUTime()
+	units, err := fn()
+	took, cpu := time.Since(t0), loadtest.CPUTime()-c0
+	if err != nil {
+		return 0, err
+	}
+	rate, cpuRate := units/took.Seconds(), units/(cpu.Seconds()/procs)
+	fmt.Printf("  %-44s %7.2fs %7.2fs  %10.0f %-7s  %10.0f %s/s\n", name, took.Seconds(), cpu.Seconds(), rate, unit+"/s", cpuRate, unit)
+	sp.res["split_"+key+"_seconds"], sp.res["split_"+key+"_cpu_seconds"] = took.Seconds(), cpu.Seconds()
+	return rate, nil
+}
+
+// fold times reading, preparing, folding and exporting, and returns the
+// exported states.
+func (sp splitParts) fold(spec *rederive.Spec, d rederive.Derivation, memProfile string, out *deriveSplitResult) (map[string]any, error) {
+	ctx, reader, n := sp.ctx, sp.reader, sp.n
 	// Read only: workers goroutines on disjoint ranges, as Fold reads.
-	_, err = part("read", "read the log (Pebble + entry decoding)", "events", func() (float64, error) {
-		return float64(n), deriveRanges(workers, n, func(from, to uint64) error {
+	_, err := sp.part("read", "read the log (Pebble + entry decoding)", "events", func() (float64, error) {
+		return float64(n), deriveRanges(sp.workers, n, func(from, to uint64) error {
 			return reader.Entries(ctx, from, to, func(*ledger.Record) error { return nil })
 		})
 	})
 	if err != nil {
-		return out, err
+		return nil, err
 	}
 	// Read and prepare: JSON decoding, the key expression.
-	_, err = part("prepare", "read + Prepare (JSON decode, key expression)", "events", func() (float64, error) {
-		return float64(n), deriveRanges(workers, n, func(from, to uint64) error {
+	_, err = sp.part("prepare", "read + Prepare (JSON decode, key expression)", "events", func() (float64, error) {
+		return float64(n), deriveRanges(sp.workers, n, func(from, to uint64) error {
 			return reader.Entries(ctx, from, to, func(r *ledger.Record) error {
 				ev := rederive.Event{Log: deriveLog, Index: r.Index, ID: r.Leaf.ID, Time: time.Unix(0, r.Leaf.Time).UTC(), Payload: r.Payload}
 				_, _, err := d.Prepare(&ev)
@@ -69,25 +91,25 @@ func deriveSplit(ctx context.Context, st *ledger.Store, spec *rederive.Spec, d r
 		})
 	})
 	if err != nil {
-		return out, err
+		return nil, err
 	}
 	// Fold: the above, plus the steps by key and the merge of the shards.
 	var fr *rederive.Result
-	out.foldRate, err = part("fold", "Fold (read, prepare, step, merge)", "events", func() (float64, error) {
+	out.foldRate, err = sp.part("fold", "Fold (read, prepare, step, merge)", "events", func() (float64, error) {
 		var err error
-		fr, err = rederive.Fold(ctx, d, nil, []rederive.Span{{Reader: reader, From: 0, To: n, Pin: pin}},
-			rederive.FoldOptions{Workers: workers, ErrorBudget: spec.ErrorBudget, Fingerprint: rederive.Fingerprint(spec)})
+		fr, err = rederive.Fold(ctx, d, nil, []rederive.Span{{Reader: reader, From: 0, To: n, Pin: sp.pin}},
+			rederive.FoldOptions{Workers: sp.workers, ErrorBudget: spec.ErrorBudget, Fingerprint: rederive.Fingerprint(spec)})
 		if err != nil {
 			return 0, err
 		}
 		return float64(fr.Events), nil
 	})
 	if err != nil {
-		return out, err
+		return nil, err
 	}
-	res["fold_events_per_second"] = out.foldRate
+	sp.res["fold_events_per_second"] = out.foldRate
 	expected := make(map[string]any, len(fr.States))
-	_, err = part("export", "export the states (as Runner.Run does)", "keys", func() (float64, error) {
+	_, err = sp.part("export", "export the states (as Runner.Run does)", "keys", func() (float64, error) {
 		for k, s := range fr.States {
 			v, err := d.Export(s)
 			if err != nil {
@@ -98,41 +120,47 @@ func deriveSplit(ctx context.Context, st *ledger.Store, spec *rederive.Spec, d r
 		return float64(len(expected)), nil
 	})
 	if err != nil {
-		return out, err
+		return nil, err
 	}
 	if memProfile != "" {
 		if err := deriveHeapProfile(memProfile); err != nil {
-			return out, err
+			return nil, err
 		}
 		runtime.KeepAlive(fr)
 	}
-	fr = nil
+	return expected, nil
+}
+
+// compare times scanning the table and comparing it with expected, and
+// returns the rate of the comparison.
+func (sp splitParts) compare(spec *rederive.Spec, expected map[string]any) (float64, error) {
+	ctx := sp.ctx
 	store, err := rederive.OpenStore(ctx, spec.Store)
 	if err != nil {
-		return out, err
+		return 0, err
 	}
 	defer store.Close()
-	_, err = part("scan", "scan the table (PostgreSQL, pgx, values)", "rows", func() (float64, error) {
+	_, err = sp.part("scan", "scan the table (PostgreSQL, pgx, values)", "rows", func() (float64, error) {
 		var rows int64
 		err := store.Scan(ctx, func(rederive.Row) error { rows++; return nil })
 		return float64(rows), err
 	})
 	if err != nil {
-		return out, err
+		return 0, err
 	}
 	var drift int
-	out.compareRate, err = part("compare", "Compare (scan, look up, equal)", "rows", func() (float64, error) {
+	rate, err := sp.part("compare", "Compare (scan, look up, equal)", "rows", func() (float64, error) {
 		stats, err := rederive.Compare(ctx, store, expected, spec.Compare, func(rederive.Drift) error { drift++; return nil })
 		return float64(stats.Rows), err
 	})
 	if err != nil {
-		return out, err
+		return 0, err
 	}
-	res["compare_rows_per_second"] = out.compareRate
+	sp.res["compare_rows_per_second"] = rate
 	if drift != 0 {
-		return out, fmt.Errorf("derive: split run: %d drift", drift)
+		return 0, fmt.Errorf("derive: split run: %d drift", drift)
 	}
-	return out, nil
+	return rate, nil
 }
 
 // deriveRanges runs fn on workers disjoint ranges covering [0, n).

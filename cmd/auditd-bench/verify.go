@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
+	//DELETEME
 	"errors"
 	"flag"
 	"fmt"
@@ -20,6 +20,7 @@ import (
 	"github.com/auditd/auditd/api"
 	"github.com/auditd/auditd/client"
 	"github.com/auditd/auditd/internal/loadtest"
+	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/rederive"
 )
 
@@ -68,49 +69,23 @@ func runVerify(args []string) error {
 	}
 
 	quiet := loadtest.Quiet()
-	var mu sync.Mutex
-	requests := map[string]int{}
-	srv := api.New(st, m.VerifierKey, api.Options{Logger: quiet})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	url, requests, stopServer, err := countingServer(st, m.VerifierKey)
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		kind := r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]
-		if r.URL.Query().Has("start") {
-			kind = "entries range"
-		}
-		mu.Lock()
-		requests[kind]++
-		mu.Unlock()
-		srv.ServeHTTP(w, r)
-	}), ReadHeaderTimeout: 10 * time.Second}
-	go hs.Serve(ln)
-	defer hs.Close()
-	url := "http://" + ln.Addr().String()
-
-	dsn, _ := json.Marshal(f.pg)
-	specs, err := rederive.ParseSpecs("bench-verify.yaml", fmt.Appendf(nil, deriveSpec, dsn))
+	defer stopServer()
+	job, err := deriveJob("bench-verify.yaml", f.pg)
 	if err != nil {
 		return err
 	}
-	d, err := rederive.Compile(specs[0])
-	if err != nil {
-		return err
-	}
-	workers := f.workers
-	if workers == 0 {
-		workers = runtime.GOMAXPROCS(0)
-	}
+	workers := deriveWorkers(f.workers)
 	fmt.Printf("verify: %d events over HTTP from %s, %d workers, GOMAXPROCS %d\n", f.events, url, workers, runtime.GOMAXPROCS(0))
 	var times []float64
 	for i := range *runs {
-		mu.Lock()
-		clear(requests)
-		mu.Unlock()
+		requests.reset()
 		r := &rederive.Runner{Ledger: &rederive.RemoteLedger{Client: client.New(url, verifier)}, Workers: workers, Logger: quiet}
 		la0, cpu0, t0 := loadtest.LoadAvg(1), loadtest.CPUTime(), time.Now()
-		rep, err := r.Run(ctx, rederive.Job{Spec: specs[0], Derivation: d}, true)
+		rep, err := r.Run(ctx, job, true)
 		took, cpu := time.Since(t0), loadtest.CPUTime()-cpu0
 		if err != nil {
 			return err
@@ -118,13 +93,7 @@ func runVerify(args []string) error {
 		if rep.State != rederive.StateClean || rep.Events != uint64(f.events) {
 			return fmt.Errorf("verify: run %d is %s with %d events (%s: %s)", i+1, rep.State, rep.Events, rep.ErrorKind, rep.Error)
 		}
-		mu.Lock()
-		var kinds []string
-		for k, n := range requests {
-			kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
-		}
-		mu.Unlock()
-		slices.Sort(kinds)
+		kinds := requests.kinds()
 		times = append(times, took.Seconds())
 		fmt.Printf("verify: run %d: %.2fs (%.0f events/s), %.2f CPU-s in the process (client and server), load average %s then %s; requests: %s\n",
 			i+1, took.Seconds(), float64(f.events)/took.Seconds(), cpu.Seconds(), la0, loadtest.LoadAvg(1), strings.Join(kinds, ", "))
@@ -136,4 +105,51 @@ func runVerify(args []string) error {
 	res["median_seconds"], res["events"] = med, f.events
 	fmt.Printf("verify: median of %d runs %.2fs (%.0f events/s), best %.2fs\n", len(times), med, float64(f.events)/med, sorted[0])
 	return writeJSON(f.jsonOut, "verify", res)
+}
+
+// requestCounts counts the requests a server handled by kind: the last
+// element of the path, or "entries range".
+type requestCounts struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *requestCounts) add(r *http.Request) {
+	kind := r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]
+	if r.URL.Query().Has("start") {
+		kind = "entries range"
+	}
+	c.mu.Lock()
+	c.n[kind]++
+	c.mu.Unlock()
+}
+
+func (c *requestCounts) reset() { c.mu.Lock(); clear(c.n); c.mu.Unlock() }
+
+// kinds returns "kind count" for each kind, sorted.
+func (c *requestCounts) kinds() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var kinds []string
+	for k, n := range c.n {
+		kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
+	}
+	slices.Sort(kinds)
+	return kinds
+}
+
+// countingServer serves st's API on a loopback port, counting requests.
+func countingServer(st *ledger.Store, vkey string) (string, *requestCounts, func(), error) {
+	counts := &requestCounts{n: map[string]int{}}
+	srv := api.New(st, vkey, api.Options{Logger: loadtest.Quiet()})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, nil, err
+	}
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		counts.add(r)
+		srv.ServeHTTP(w, r)
+	}), ReadHeaderTimeout: 10 * time.Second}
+	go hs.Serve(ln)
+	return "http://" + ln.Addr().String(), counts, func() { hs.Close() }, nil
 }

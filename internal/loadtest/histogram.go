@@ -26,7 +26,9 @@ func HistQuantile(g prometheus.Gatherer, name string, q float64) float64 {
 }
 
 // BucketQuantile is HistQuantile of one histogram. Beyond the last finite
-// bucket it returns that bucket's upper bound, as Prometheus does.
+// bucket (client_golang leaves the +Inf bucket implicit; an explicit one is
+// taken the same way) it returns that bucket's upper bound, as Prometheus
+// does.
 func BucketQuantile(h *dto.Histogram, q float64) float64 {
 	n := float64(h.GetSampleCount())
 	if n == 0 {
@@ -39,6 +41,9 @@ func BucketQuantile(h *dto.Histogram, q float64) float64 {
 	for _, b := range bs {
 		c := float64(b.GetCumulativeCount())
 		if c >= rank {
+			if math.IsInf(b.GetUpperBound(), 1) {
+				return lower
+			}
 			if c == prev {
 				return b.GetUpperBound()
 			}

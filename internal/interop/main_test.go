@@ -10,7 +10,7 @@ import (
 )
 
 // TestMain quiets klog, through which tessera's client and fsck log every
-// step.
+// step, and closes the benchmark's log.
 func TestMain(m *testing.M) {
 	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(fs)
@@ -18,5 +18,7 @@ func TestMain(m *testing.M) {
 	_ = fs.Set("alsologtostderr", "false")
 	_ = fs.Set("stderrthreshold", "FATAL")
 	klog.SetOutput(io.Discard)
-	os.Exit(m.Run())
+	code := m.Run()
+	closeBench()
+	os.Exit(code)
 }

@@ -26,6 +26,7 @@ type served struct {
 	log      *ledger.Log
 	http     *httptest.Server
 	verifier note.Verifier
+	vkey     string
 	origin   string
 	// prefix is the log's tlog-tiles URL prefix, with a trailing slash.
 	prefix string
@@ -61,7 +62,7 @@ func serveLog(t testing.TB, n int, opts ...ledgertest.Option) *served {
 	}
 	srv := httptest.NewServer(api.New(store, key.VKey, api.Options{Logger: slog.New(slog.DiscardHandler)}))
 	t.Cleanup(srv.Close)
-	return &served{store: store, log: l, http: srv, verifier: key.Verifier, origin: l.Origin(),
+	return &served{store: store, log: l, http: srv, verifier: key.Verifier, vkey: key.VKey, origin: l.Origin(),
 		prefix: srv.URL + "/v1/logs/interop/", note: cp.Note}
 }
 

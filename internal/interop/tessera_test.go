@@ -130,23 +130,8 @@ func TestTesseraFsck(t *testing.T) {
 		t.Fatalf("fsck against auditd: %v", err)
 	}
 
-	const target = "/tile/entries/003"
-	tamper := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		res, err := http.Get(s.http.URL + r.URL.Path)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		if strings.HasSuffix(r.URL.Path, target) && len(b) > 100 {
-			b[100] ^= 0x01
-		}
-		w.WriteHeader(res.StatusCode)
-		w.Write(b)
-	}))
-	t.Cleanup(tamper.Close)
-	err := runFsck(ctx, t, s, tamper.URL+"/v1/logs/interop/")
+	tamper := tamperingProxy(t, s)
+	err := runFsck(ctx, t, s, tamper)
 	if err == nil {
 		t.Fatal("fsck passed a log whose entry bundle 3 has a flipped byte")
 	}
@@ -170,4 +155,26 @@ func runFsck(ctx context.Context, t testing.TB, s *served, prefix string) error 
 		return hs, nil
 	}, fsck.Opts{N: 4})
 	return f.Check(ctx)
+}
+
+// tamperingProxy serves s through a proxy that flips one byte of entry
+// bundle 3 and returns the log's URL prefix through it.
+func tamperingProxy(t testing.TB, s *served) string {
+	t.Helper()
+	tamper := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		res, err := http.Get(s.http.URL + r.URL.Path)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		if strings.HasSuffix(r.URL.Path, "/tile/entries/003") && len(b) > 100 {
+			b[100] ^= 0x01
+		}
+		w.WriteHeader(res.StatusCode)
+		w.Write(b)
+	}))
+	t.Cleanup(tamper.Close)
+	return tamper.URL + "/v1/logs/interop/"
 }

@@ -126,6 +126,17 @@ func TestMultiHostNetns(t *testing.T) {
 	aParts, bParts := mhSplit(t, ctx, a, b, c)
 	t.Logf("a owns %v, b owns %v", aParts, bParts)
 	cAgreedA := mhAgreed(t, ctx, c, a, 20*time.Second)
+	// a holds some history, which b must read for itself at the failover.
+	kh := &kafkaCrashHarness{t: t, hwm: make([]int64, mhPartitions)}
+	mhWait(t, 30*time.Second, "a's logs reaching 1,000 entries", func() (bool, string) {
+		s := kh.sizes(ctx, a.d)
+		for _, p := range aParts {
+			if s[p] < 1000 {
+				return false, fmt.Sprintf("a's sizes %v", s)
+			}
+		}
+		return true, ""
+	})
 
 	// Failover: SIGKILL a.
 	killed := time.Now()
@@ -145,7 +156,7 @@ func TestMultiHostNetns(t *testing.T) {
 		mhWaitSizes(t, ctx, h, hwm)
 	}
 	mhCheckRoots(t, ctx, b, c, hwm)
-	mhCheckPeers(t, ctx, c, hwm, cAgreedA)
+	mhCheckPeers(t, ctx, c, b, hwm, cAgreedA)
 	for _, h := range []*mhHost{b, c} {
 		if err := h.d.stop(ctx); err != nil {
 			t.Errorf("%s: SIGTERM: %v", h.name, err)
@@ -153,8 +164,8 @@ func TestMultiHostNetns(t *testing.T) {
 	}
 	// Exactly once per group: b's log of each partition holds every
 	// offset once, as produced, leaf for leaf equal to c's.
-	checkKafkaLedgers(t, ctx, b.dir, c.dir, want, hwm)
 	mhCheckPrefixes(t, ctx, a.dir, b.dir, aSizes)
+	checkKafkaLedgers(t, ctx, b.dir, c.dir, want, hwm)
 }
 
 // mhSetup makes the hosts' data directories, keys and configurations.
@@ -363,9 +374,9 @@ func mhAgreed(t *testing.T, ctx context.Context, c, peer *mhHost, limit time.Dur
 	return n
 }
 
-// mhLedgerSizes opens a stopped host's data directory and returns its
-// payments logs' sizes.
-func mhLedgerSizes(t *testing.T, dir string) []int64 {
+// mhOpen opens a stopped host's data directory with its key; the caller
+// closes it.
+func mhOpen(t *testing.T, dir string) *ledger.Store {
 	t.Helper()
 	k, _, err := loadOrCreateKey(filepath.Join(dir, "auditd.key"), "unused")
 	if err != nil {
@@ -375,6 +386,13 @@ func mhLedgerSizes(t *testing.T, dir string) []int64 {
 	if err != nil {
 		t.Fatalf("open %s: %v", dir, err)
 	}
+	return st
+}
+
+// mhLedgerSizes returns a stopped host's payments logs' sizes.
+func mhLedgerSizes(t *testing.T, dir string) []int64 {
+	t.Helper()
+	st := mhOpen(t, dir)
 	defer st.Close()
 	out := make([]int64, mhPartitions)
 	for p := range out {
@@ -431,7 +449,10 @@ func mhOutage(t *testing.T, ctx context.Context, nw *netns.Network, b *mhHost) {
 	})
 	readyz := func() (int, string) {
 		code, body, err := b.d.get(ctx, "/readyz")
-		return code, fmt.Sprintf("%s%v", body, err)
+		if err != nil {
+			return code, err.Error()
+		}
+		return code, strings.TrimSpace(string(body))
 	}
 	mhWait(t, 30*time.Second, "b not ready without its network", func() (bool, string) {
 		code, body := readyz()
@@ -501,16 +522,17 @@ func mhCheckRoots(t *testing.T, ctx context.Context, b, c *mhHost, hwm []int64) 
 // mhCheckPeers checks c's peer check: it agreed with b at a final size
 // after agreeing with a before a's kill, and never found a fork, a bad
 // checkpoint or a rollback.
-func mhCheckPeers(t *testing.T, ctx context.Context, c *mhHost, hwm []int64, agreedBefore float64) {
+func mhCheckPeers(t *testing.T, ctx context.Context, c, b *mhHost, hwm []int64, agreedBefore float64) {
 	t.Helper()
 	final := map[float64]bool{}
 	for _, n := range hwm {
 		final[float64(n)] = true
 	}
 	var m metricSamples
-	mhWait(t, 20*time.Second, "c's peer check agreeing at a final size", func() (bool, string) {
+	label := fmt.Sprintf(`peer="http://%s:8080"`, b.ns.Addr)
+	mhWait(t, 20*time.Second, "c's peer check agreeing with b at a final size", func() (bool, string) {
 		m = scrapeAll(ctx, c.d)
-		size := m.sum("auditd_peer_agreed_size", "")
+		size := m.sum("auditd_peer_agreed_size", label)
 		return final[size] && m.sum("auditd_peer_comparisons_total", `result="agree"`) > agreedBefore,
 			fmt.Sprintf("agreed size %v, final sizes %v", size, hwm)
 	})
@@ -534,7 +556,9 @@ func mhCheckPeers(t *testing.T, ctx context.Context, c *mhHost, hwm []int64, agr
 // where both hold an offset, the leaves are identical.
 func mhCheckPrefixes(t *testing.T, ctx context.Context, aDir, bDir string, aSizes []int64) {
 	t.Helper()
-	as, bs := openLedger(t, aDir), openLedger(t, bDir)
+	as, bs := mhOpen(t, aDir), mhOpen(t, bDir)
+	defer as.Close()
+	defer bs.Close()
 	overlap := 0
 	for p, n := range aSizes {
 		if n == 0 {

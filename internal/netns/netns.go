@@ -196,7 +196,8 @@ func exists(name string) bool {
 }
 
 // removeStale deletes the namespaces named base-PID-... whose process PID
-// is gone: what a killed earlier run left.
+// is gone: what a killed earlier run left. The processes still running in
+// one (that run's daemons, orphaned) are killed first, by their ids.
 func removeStale(base string) {
 	ents, err := os.ReadDir("/run/netns")
 	if err != nil {
@@ -211,6 +212,22 @@ func removeStale(base string) {
 		if err != nil || syscall.Kill(pid, 0) == nil {
 			continue
 		}
+		killIn(e.Name())
 		_ = ip("netns", "del", e.Name())
+	}
+}
+
+// killIn SIGKILLs the processes in namespace name (ip netns pids).
+func killIn(name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "ip", "netns", "pids", name).Output()
+	if err != nil {
+		return
+	}
+	for _, f := range strings.Fields(string(out)) {
+		if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
 	}
 }

@@ -78,7 +78,11 @@ func TestMultiHostNetns(t *testing.T) {
 		}
 	})
 	if err != nil {
-		t.Fatalf("making the namespaces: %v", err)
+		// Root without the capability (an unprivileged container).
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("making the namespaces: %v", err)
+		}
+		t.Skipf("skipped: cannot make network namespaces here: %v", err)
 	}
 	hub := nw.Hub
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(mhPartitions, "payments"),
@@ -509,7 +513,7 @@ func mhCheckRoots(t *testing.T, ctx context.Context, b, c *mhHost, hwm []int64) 
 					return false, err.Error()
 				}
 				_, size, root, err := parseCheckpointText(note)
-				cps[i] = fmt.Sprintf("%d %x", size, root)
+				cps[i] = fmt.Sprintf("%d %v", size, root)
 				return err == nil && size == uint64(hwm[p]), cps[i]
 			})
 		}

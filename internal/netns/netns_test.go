@@ -46,6 +46,7 @@ func TestNetwork(t *testing.T) {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- sleeper.Wait() }()
+	t.Cleanup(func() { _ = sleeper.Process.Kill() })
 
 	n, err := New("auditd-nstest", "x", "y")
 	t.Cleanup(func() { _ = n.Close() })

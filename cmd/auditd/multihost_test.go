@@ -142,11 +142,25 @@ func TestMultiHostNetns(t *testing.T) {
 		return true, ""
 	})
 
-	// Failover: SIGKILL a.
+	// Failover: SIGKILL a. b does not own a's partitions, so its logs of
+	// them (if any) stand still until it is given them.
+	bBefore := kh.sizes(ctx, b.d)
+	bAssigns := mhAssigns(b.d)
 	killed := time.Now()
 	a.d.kill()
 	aSizes := mhLedgerSizes(t, a.dir)
 	assignedAfter, resumedAfter := mhFailover(t, ctx, b, aParts, aSizes, killed)
+	// b resumed each from its own log's position: 0 for a partition it
+	// never had, not a's position nor the group's committed offset.
+	after := mhAssigns(b.d)
+	for _, p := range aParts {
+		if len(after[p]) <= len(bAssigns[p]) {
+			t.Fatalf("b logged no assignment of payments.%d after the kill", p)
+		}
+		if from := after[p][len(bAssigns[p])]; from != bBefore[p] {
+			t.Errorf("b resumed payments.%d from offset %d; its own log held %d entries", p, from, bBefore[p])
+		}
+	}
 	t.Logf("failover: SIGKILL of a -> a's partitions %v assigned on b after %v, all ledgering past a's last entries %v after %v (session_timeout %v); load average %s",
 		aParts, assignedAfter.Round(time.Millisecond), aSizes, resumedAfter.Round(time.Millisecond), mhSessionTimeout, loadAvg())
 
@@ -337,6 +351,20 @@ func mhOwned(d *kafkaDaemon) ([]int, int) {
 	return out, assigned
 }
 
+// mhAssigns returns, for each partition, the offsets a daemon started
+// it at, one for each assignment it logged, in order.
+func mhAssigns(d *kafkaDaemon) map[int][]int64 {
+	out := map[int][]int64{}
+	for _, l := range d.stderr.lines() {
+		if m := assignedLine.FindStringSubmatch(l); m != nil {
+			p, _ := strconv.Atoi(m[1])
+			off, _ := strconv.ParseInt(m[2], 10, 64)
+			out[p] = append(out[p], off)
+		}
+	}
+	return out
+}
+
 // mhSplit waits until a and b own disjoint, non-empty sets of partitions
 // covering all six, each growing on its owner, and c has all six growing.
 func mhSplit(t *testing.T, ctx context.Context, a, b, c *mhHost) (aParts, bParts []int) {
@@ -373,7 +401,8 @@ func mhAgreed(t *testing.T, ctx context.Context, c, peer *mhHost, limit time.Dur
 	mhWait(t, limit, "c's peer check agreeing with "+peer.name, func() (bool, string) {
 		m := scrapeAll(ctx, c.d)
 		n = m.sum("auditd_peer_comparisons_total", `result="agree"`)
-		return m.sum("auditd_peer_comparisons_total", label) > 0 && n > 0, fmt.Sprintf("agreeing comparisons %v", n)
+		withPeer := m.sum("auditd_peer_comparisons_total", label+`,result="agree"`)
+		return withPeer > 0, fmt.Sprintf("agreeing comparisons %v, with %s %v", n, peer.name, withPeer)
 	})
 	return n
 }

@@ -41,6 +41,7 @@ type Retention struct {
 	batch     int
 	log       *slog.Logger
 	now       func() time.Time
+	guard     func(log string) error
 	pruned    *prometheus.CounterVec
 	watermark *prometheus.GaugeVec
 }
@@ -67,6 +68,13 @@ func WithRetentionLogger(l *slog.Logger) RetentionOption { return func(r *Retent
 // time.Now).
 func WithRetentionClock(now func() time.Time) RetentionOption {
 	return func(r *Retention) { r.now = now }
+}
+
+// WithRetentionGuard sets a check each log must pass before it is pruned:
+// a log it refuses is skipped, with its error logged and returned by the
+// pass.
+func WithRetentionGuard(f func(log string) error) RetentionOption {
+	return func(r *Retention) { r.guard = f }
 }
 
 // NewRetention returns the retention of the store's logs under policies.
@@ -140,6 +148,11 @@ func (r *Retention) RunOnce(ctx context.Context) error {
 }
 
 func (r *Retention) pruneLog(ctx context.Context, info LogInfo, p RetentionPolicy) error {
+	if r.guard != nil {
+		if err := r.guard(info.Name); err != nil {
+			return fmt.Errorf("retention %s: %w", info.Name, err)
+		}
+	}
 	l, err := r.s.Log(info.Name)
 	if err != nil {
 		return err

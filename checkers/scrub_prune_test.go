@@ -11,6 +11,7 @@ import (
 
 	"github.com/auditd/auditd/checkers"
 	"github.com/auditd/auditd/ledger"
+	"github.com/auditd/auditd/merkle"
 )
 
 // TestScrubPrunedLog prunes the payloads of a log past tile and batch
@@ -25,6 +26,15 @@ func TestScrubPrunedLog(t *testing.T) {
 	st := k.open(t, dir, quiet())
 	l, err := st.Log("pay")
 	if err != nil {
+		t.Fatal(err)
+	}
+	// An oversize record above the watermark holds only its payload's
+	// hash from the start: not a finding.
+	h := merkle.Hash{1, 2, 3}
+	if _, err := l.Append(context.Background(), []ledger.Entry{{ID: "big", PayloadHash: &h, Marks: merkle.MarkOversize}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.WaitCheckpoint(context.Background(), l.Size()); err != nil {
 		t.Fatal(err)
 	}
 	res, err := l.PrunePayloads(context.Background(), ledger.PruneOptions{Before: 2000, BatchSize: 512})

@@ -90,6 +90,9 @@ func NewRetention(s *Store, policies []RetentionPolicy, opts ...RetentionOption)
 	for _, o := range opts {
 		o(r)
 	}
+	if r.interval <= 0 {
+		r.interval = time.Hour
+	}
 	return r
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -397,4 +398,76 @@ func gaugeOrCounter(t testing.TB, m prometheus.Metric) float64 {
 		t.Fatal(err)
 	}
 	return d.GetCounter().GetValue() + d.GetGauge().GetValue()
+}
+
+// TestPruneIngestLatency measures what pruning costs the appends of
+// another log: the latency of 100-entry appends alone, beside an unbounded
+// prune, and beside a prune at the retention default of 50,000 entries/s.
+// Set AUDITD_PRUNE_INGEST=1 to run it; it reports, it asserts nothing
+// about time.
+func TestPruneIngestLatency(t *testing.T) {
+	if os.Getenv("AUDITD_PRUNE_INGEST") == "" {
+		t.Skip("set AUDITD_PRUNE_INGEST=1 to measure appends during pruning")
+	}
+	const n = 1 << 18
+	s, _ := newTestStore(t)
+	old := mustCreateLog(t, s, "old")
+	for next := 0; next < 3*n; next += 8192 {
+		es := make([]Entry, 8192)
+		for j := range es {
+			p := make([]byte, 256)
+			_, _ = rand.Read(p)
+			es[j] = Entry{ID: fmt.Sprintf("e-%d", next+j), Payload: p}
+		}
+		mustAppend(t, old, es...)
+	}
+	if _, err := old.WaitCheckpoint(testCtx(t, time.Minute), 3*n); err != nil {
+		t.Fatal(err)
+	}
+	live := mustCreateLog(t, s, "live")
+	seq := 0
+	appends := func(stop <-chan struct{}, max int) []time.Duration {
+		var lat []time.Duration
+		for len(lat) < max {
+			select {
+			case <-stop:
+				return lat
+			default:
+			}
+			es := make([]Entry, 100)
+			for j := range es {
+				p := make([]byte, 256)
+				_, _ = rand.Read(p)
+				es[j] = Entry{ID: fmt.Sprintf("l-%d", seq), Payload: p}
+				seq++
+			}
+			start := time.Now()
+			mustAppend(t, live, es...)
+			lat = append(lat, time.Since(start))
+		}
+		return lat
+	}
+	report := func(what string, lat []time.Duration) {
+		slices.Sort(lat)
+		t.Logf("%s: %d appends of 100, p50 %v, p99 %v, max %v", what, len(lat), lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1])
+	}
+	report("alone", appends(nil, 2000))
+	for i, rate := range []float64{0, 50000} {
+		stop := make(chan struct{})
+		var res PruneResult
+		var took time.Duration
+		go func() {
+			defer close(stop)
+			start := time.Now()
+			var err error
+			res, err = old.PrunePayloads(context.Background(), PruneOptions{Before: uint64(i+1) * n, Rate: rate})
+			took = time.Since(start)
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+		lat := appends(stop, 1<<30)
+		<-stop
+		report(fmt.Sprintf("beside a prune at rate %v (%d entries in %v, %.0f/s)", rate, res.Pruned, took, float64(res.Pruned)/took.Seconds()), lat)
+	}
 }

@@ -184,7 +184,7 @@ func (l *Log) pruneBatch(ctx context.Context, res *PruneResult, o PruneOptions) 
 	defer b.Close()
 	var tile leafTiles
 	next, more, pruned, bytes := from, true, uint64(0), uint64(0)
-	for ok := it.First(); ok && more; ok = it.Next() {
+	for ok := it.First(); ok; ok = it.Next() {
 		idx := binary.BigEndian.Uint64(it.Key()[5:])
 		if idx != next {
 			return false, l.missingEntry(next)

@@ -113,6 +113,13 @@ func TestPrunePayloadsKeepsLeavesAndProofs(t *testing.T) {
 	if mustRootAt(t, l, 3000) != root {
 		t.Fatal("root changed after pruning")
 	}
+	// The memory index, rebuilt on open from the pruned entries, finds them.
+	if rec, err := l.EntryByID(byID.Leaf.ID); err != nil || rec.Index != 1500 {
+		t.Fatalf("EntryByID(%s) after reopen: %+v, %v", byID.Leaf.ID, rec, err)
+	}
+	if i, err := l.IndexByLeafHash(leaves[7]); err != nil || i != 7 {
+		t.Fatalf("IndexByLeafHash after reopen: %d, %v", i, err)
+	}
 }
 
 func TestPruneStopsAtSignedCheckpoint(t *testing.T) {

@@ -14,6 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/auditd/auditd/ingest"
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/rederive/spec"
 )
@@ -223,5 +227,105 @@ func TestServeRetention(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A log fed by Kafka under retention: pruning leaves its source position
+// alone, so the source goes on from where it was, and after a restart
+// resumes from the ledger's position: every record is ledgered once.
+func TestServeRetentionKafka(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	prod, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.DefaultProduceTopic("t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sent := 0
+	produce := func(n int) {
+		for range n {
+			prod.Produce(ctx, &kgo.Record{Value: []byte(fmt.Sprintf(`{"seq":%d}`, sent))}, nil)
+			sent++
+		}
+		if err := prod.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := testConfig(t)
+	cfg.Kafka = &ingest.KafkaConfig{Brokers: cluster.ListenAddrs(), Topics: []string{"t"}, Group: "prune-test"}
+	cfg.Retention = RetentionConfig{Interval: 20 * time.Millisecond, Logs: []RetentionLogConfig{{Log: "t.*", KeepEntries: 100}}}
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	start := func() (string, context.CancelFunc, <-chan error) {
+		var logs syncBuffer
+		sctx, stop := context.WithCancel(ctx)
+		ready := make(chan string, 1)
+		done := make(chan error, 1)
+		go func() { done <- serve(sctx, cfg, slog.New(slog.NewTextHandler(&logs, nil)), ready) }()
+		select {
+		case addr := <-ready:
+			return addr, stop, done
+		case err := <-done:
+			t.Fatalf("serve: %v\n%s", err, logs.String())
+		}
+		return "", stop, done
+	}
+	metric := func(addr, line string) bool {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(b), line)
+	}
+	waitMetric := func(addr string, lines ...string) {
+		t.Helper()
+		for _, line := range lines {
+			for !metric(addr, line) {
+				if ctx.Err() != nil {
+					t.Fatalf("no %s", line)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+	}
+	produce(1500)
+	addr, stop, done := start()
+	waitMetric(addr, `auditd_ledger_log_size_entries{log="t.0"} 1500`, `auditd_ledger_prune_watermark_entries{log="t.0"} 1400`)
+	produce(500)
+	waitMetric(addr, `auditd_ledger_log_size_entries{log="t.0"} 2000`, `auditd_ledger_prune_watermark_entries{log="t.0"} 1900`)
+	if !metric(addr, `auditd_ledger_appended_entries_total{log="t.0"} 2000`) || metric(addr, `auditd_ledger_duplicate_entries_total{log="t.0"}`) {
+		t.Fatal("records ledgered other than once")
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// Restarted: the source resumes from the ledger's position, past the
+	// pruned range, and ledgers only the new records.
+	produce(100)
+	addr, stop, done = start()
+	defer func() { stop(); <-done }()
+	waitMetric(addr, `auditd_ledger_log_size_entries{log="t.0"} 2100`)
+	if !metric(addr, `auditd_ledger_appended_entries_total{log="t.0"} 100`) || metric(addr, `auditd_ledger_duplicate_entries_total{log="t.0"}`) {
+		t.Fatal("after the restart, records ledgered other than once")
+	}
+	var e struct {
+		Source struct{ Offset int64 } `json:"source"`
+	}
+	resp, err := http.Get("http://" + addr + "/v1/logs/t.0/entries/2099")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&e); err != nil || e.Source.Offset != 2099 {
+		t.Fatalf("entry 2099: offset %d, %v", e.Source.Offset, err)
 	}
 }

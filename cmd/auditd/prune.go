@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/auditd/auditd/ledger"
+	"github.com/auditd/auditd/rederive/spec"
 )
 
 const pruneUsage = `Usage: auditd prune --data-dir DIR --log NAME --before INDEX|TIME|AGE [flags]
@@ -29,8 +30,10 @@ removes a prefix of the log, never goes past its latest signed checkpoint,
 and compacts the pruned range so the disk space is reclaimed. It is
 idempotent: after an interruption, run it again. A derivation that reads
 the log can no longer fold the pruned range (state snapshots are not
-implemented yet); serve refuses a retention policy on such a log, this
-command does not know your derivations.
+implemented yet): serve refuses a retention policy on such a log, and
+with --config (serve's config file) this command refuses to prune a log
+one of its derivations reads; the file also gives the defaults of
+--data-dir, --key-file and --checkpoint-dir.
 
 The daemon must not be running on DIR: the ledger's lock refuses it.
 
@@ -38,6 +41,7 @@ The daemon must not be running on DIR: the ledger's lock refuses it.
 
 type pruneFlags struct {
 	dataDir, log, before, keyFile, cpDir string
+	config                               string
 	dryRun                               bool
 	batch                                int
 	rate                                 float64
@@ -52,6 +56,7 @@ func runPrune(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.before, "before", "", "prune below this entry index, or the entries older than this RFC 3339 time or this age (720h) (required)")
 	fs.StringVar(&f.keyFile, "key-file", "", "the checkpoint signing key (default DATA-DIR/auditd.key; read, never created)")
 	fs.StringVar(&f.cpDir, "checkpoint-dir", "", "the daemon's checkpoint_dir, if it sets one")
+	fs.StringVar(&f.config, "config", "", "serve's YAML config: refuse a log its derivations read; defaults for the data dir, key and checkpoint dir")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "say what would be pruned and write nothing")
 	fs.IntVar(&f.batch, "batch", 4096, "entries rewritten per batch")
 	fs.Float64Var(&f.rate, "rate", 0, "at most this many entries per second (0: no bound)")
@@ -64,6 +69,10 @@ func runPrune(args []string, stdout, stderr io.Writer) int {
 			return 0
 		}
 		return 2
+	}
+	if err := f.fromConfig(); err != nil {
+		fmt.Fprintln(stderr, "auditd prune:", err)
+		return 1
 	}
 	if f.dataDir == "" || f.log == "" || f.before == "" || fs.NArg() > 0 {
 		fs.Usage()
@@ -83,6 +92,38 @@ func runPrune(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// fromConfig applies --config: the flags' defaults from serve's config,
+// and a refusal if a derivation it lists reads the log.
+func (f *pruneFlags) fromConfig() error {
+	if f.config == "" {
+		return nil
+	}
+	cfg, err := loadConfig(f.config)
+	if err != nil {
+		return err
+	}
+	if f.dataDir == "" {
+		f.dataDir = cfg.DataDir
+	}
+	if f.keyFile == "" {
+		f.keyFile = cfg.KeyFile
+	}
+	if f.cpDir == "" {
+		f.cpDir = cfg.CheckpointDir
+	}
+	if len(cfg.Derivations) == 0 || f.log == "" {
+		return nil
+	}
+	specs, err := spec.Load(cfg.Derivations...)
+	if err != nil {
+		return err
+	}
+	if err := derivationGuard(specs)(f.log); err != nil {
+		return fmt.Errorf("%w: its folds would fail on the pruned range (state snapshots are not implemented yet)", err)
+	}
+	return nil
 }
 
 // parseBefore reads --before: an entry index, an RFC 3339 time, or an age

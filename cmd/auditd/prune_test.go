@@ -155,6 +155,14 @@ func TestRetentionConfigRefusesDerivationSource(t *testing.T) {
 			t.Errorf("policy on %s: %v, want a refusal with %q", tc.log, err, tc.want)
 		}
 	}
+	// auditd prune --config refuses the same log.
+	conf := filepath.Join(dir, "auditd.yaml")
+	if err := os.WriteFile(conf, []byte("data_dir: "+filepath.Join(dir, "data")+"\nderivations: ["+specFile+"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errs := runPruneTest("--config", conf, "--log", "orders.eu", "--before", "10"); code != 1 || !strings.Contains(errs, `derivation "order-totals" reads log orders.eu`) {
+		t.Errorf("prune --config of a derivation's source: exit %d\n%s%s", code, out, errs)
+	}
 	cfg := testConfig(t)
 	cfg.Retention = RetentionConfig{Logs: []RetentionLogConfig{{Log: "x"}}}
 	if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), "set max_age") {

@@ -291,6 +291,9 @@ func (r *Runner) fold(ctx context.Context, rep *Report, d fold.Derivation, spans
 			}
 			return nil, &runFailure{ErrKindDerivation, err}
 		}
+		if errors.Is(err, fold.ErrPayloadPruned) {
+			err = fmt.Errorf("%w: %w (the ledger does not say its pruning watermark; a snapshot covering it is needed)", ErrPrunedRange, err)
+		}
 		return nil, ledgerFailure(err)
 	}
 	rep.Pins, rep.Events, rep.Keys = res.Pins, res.Events, len(res.States)

@@ -7,6 +7,7 @@ import (
 	"sort"
 
 	"github.com/auditd/auditd/ledger"
+	"github.com/auditd/auditd/merkle"
 	"github.com/auditd/auditd/rederive/fold"
 	"golang.org/x/mod/sumdb/note"
 )
@@ -167,6 +168,9 @@ func (r *Runner) proveRemotePins(ctx context.Context, base *fold.Result, spans [
 			if s.Pin.Log != bp.Log {
 				continue
 			}
+			if err := checkPinCheckpoint(ctx, lg, bp, s.Pin); err != nil {
+				return err
+			}
 			root, err := lg.rootAt(ctx, bp.Log, bp.Size, s.Pin)
 			if err != nil {
 				return fmt.Errorf("the snapshot's pin of %s at size %d: %w", bp.Log, bp.Size, err)
@@ -176,6 +180,41 @@ func (r *Runner) proveRemotePins(ctx context.Context, base *fold.Result, spans [
 					bp.Log, bp.Size, bp.Root, s.Pin.Size, root)
 			}
 		}
+	}
+	return nil
+}
+
+// Snapshot returns the named derivation's snapshot, kept in the runner's
+// bucket: ErrUnknownDerivation, or an error wrapping ledger.ErrNotFound
+// when it has none.
+func (d *Daemon) Snapshot(name string) (*Snapshot, error) {
+	if _, ok := d.jobs[name]; !ok {
+		return nil, ErrUnknownDerivation
+	}
+	if d.runner.bucket == nil {
+		return nil, fmt.Errorf("rederive: %s keeps no state: %w", name, ledger.ErrNotFound)
+	}
+	return LoadSnapshot(d.runner.bucket, name)
+}
+
+// checkPinCheckpoint checks the signed checkpoint a snapshot's pin names
+// (when it names one): signed by the log's key, at least the pin's size,
+// of the pin's root at that size, and a prefix of the checkpoint the run
+// reads (a consistency proof).
+func checkPinCheckpoint(ctx context.Context, lg *RemoteLedger, bp, current fold.Pin) error {
+	if bp.Checkpoint == "" {
+		return nil
+	}
+	cp, err := lg.Client.OpenCheckpoint([]byte(bp.Checkpoint), bp.Log)
+	if err != nil {
+		return fmt.Errorf("the snapshot's checkpoint of %s: %w", bp.Log, err)
+	}
+	if cp.Size < bp.Size || (cp.Size == bp.Size && cp.Root != bp.Root) {
+		return fmt.Errorf("the snapshot's pin of %s (size %d) is not under its checkpoint of size %d", bp.Log, bp.Size, cp.Size)
+	}
+	cur := merkle.Checkpoint{Origin: cp.Origin, Size: current.Size, Root: current.Root}
+	if err := lg.Client.ProveConsistency(ctx, bp.Log, cp, cur); err != nil {
+		return fmt.Errorf("the snapshot's checkpoint of %s (size %d) and the log's of size %d: %w", bp.Log, cp.Size, current.Size, err)
 	}
 	return nil
 }

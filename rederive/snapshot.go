@@ -309,6 +309,18 @@ func SnapshotSaved(b *ledger.Bucket, d fold.Derivation, fp string, signer note.S
 	if old != nil && old.Fingerprint != fp {
 		old = nil
 	}
+	// The meta first: a pass whose derivation has not run since the last
+	// snapshot reads no state.
+	sfp, spins, err := fold.SavedPins(b, d.Name())
+	if errors.Is(err, ledger.ErrNotFound) {
+		return old, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if sfp != fp || (old != nil && slices.Equal(old.Pins, spins)) {
+		return old, nil
+	}
 	res, err := fold.LoadResult(b, d)
 	if errors.Is(err, ledger.ErrNotFound) {
 		return old, nil

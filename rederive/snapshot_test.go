@@ -96,6 +96,14 @@ func TestSnapshotContinuesPastPrunedRange(t *testing.T) {
 	if err != nil || snap == nil || snap.Size("payments") != n {
 		t.Fatalf("snapshot: %+v, %v", snap, err)
 	}
+	// Unchanged pins: the snapshot in the bucket stays (not remade).
+	if again, err := SnapshotSaved(b, job.Derivation, fp, signer); err != nil || again == nil || !again.Saved.Equal(snap.Saved) {
+		t.Fatalf("snapshot again: %+v, %v; want the one saved at %v", again, err, snap.Saved)
+	}
+	// Another fingerprint: no snapshot to bound pruning by.
+	if other, err := SnapshotSaved(b, job.Derivation, "other", signer); err != nil || other != nil {
+		t.Fatalf("snapshot of another fingerprint: %+v, %v; want none", other, err)
+	}
 	prune(t, lg, "payments", n)
 
 	lg.append(t, "payments", evs[n:])

@@ -89,9 +89,8 @@ func (r *RetentionConfig) validate(derivations []string) error {
 }
 
 // overlaps reports whether two log names or patterns name one log: equal,
-// or one matches the other. Two patterns that only a third name matches
-// (a.* and *.b) pass here; the guard of each pass (derivationGuard) then
-// refuses to prune such a log by its actual name.
+// or one matches the other. The retention limit (snapshotLimit) and the
+// offline guard (derivationGuard) call it with a log's actual name.
 func overlaps(a, b string) bool {
 	m := func(pat, name string) bool { ok, err := path.Match(pat, name); return err == nil && ok }
 	return a == b || m(a, b) || m(b, a)

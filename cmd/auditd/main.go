@@ -19,12 +19,12 @@ Usage:
   auditd verify  [flags]   check derived views against the ledger once (for CI)
   auditd fsck    [flags]   check a stopped daemon's ledger offline (scrub, checkpoint audit)
   auditd bench   [flags]   measure append, checkpoint and proof performance
-  auditd version           print the version
+  auditd version [--json]  print the build (module version, VCS revision, Go version)
+  auditd status  [flags]   show a running server's logs, derivations, checks and alerts
+  auditd alerts  [flags]   list a running server's alerts, or follow them live
 
 Run "auditd <command> -h" for a command's flags.
 `
-
-var version = "dev"
 
 func main() {
 	if len(os.Args) < 2 {
@@ -48,8 +48,8 @@ func main() {
 		os.Exit(runProve(args, os.Stdout, os.Stderr))
 	case "bench":
 		err = runBench(args)
-	case "version":
-		fmt.Println("auditd", version)
+	case "version", "--version":
+		os.Exit(runVersion(args, os.Stdout, os.Stderr))
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 	default:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/auditd/auditd/internal/buildinfo"
 	"log/slog"
 	"net"
 	"net/http"
@@ -130,6 +131,7 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	auditdReg := prometheus.WrapRegistererWithPrefix("auditd_", reg)
+	auditdReg.MustRegister(buildinfo.Read().Collector())
 	for _, c := range store.Collectors() {
 		auditdReg.MustRegister(c)
 	}

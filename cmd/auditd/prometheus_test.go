@@ -25,6 +25,7 @@ import (
 //     the first violation the log has seen (a counter that appears at 1);
 //   - a confirmed drift: a PostgreSQL table whose balance of bob is wrong,
 //     checked by a derivation with confirm_runs 1 and no grace;
+//
 // and waits until Prometheus's own /api/v1/alerts shows
 // AuditdIntegrityViolation and AuditdDerivedViewDrift firing, with their
 // summary, description and runbook_url rendered, and no other alert firing.

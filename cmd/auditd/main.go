@@ -46,6 +46,10 @@ func main() {
 		os.Exit(runFsck(args, os.Stdout, os.Stderr))
 	case "prove":
 		os.Exit(runProve(args, os.Stdout, os.Stderr))
+	case "status":
+		os.Exit(runStatus(args, os.Stdout, os.Stderr))
+	case "alerts":
+		os.Exit(runAlerts(args, os.Stdout, os.Stderr))
 	case "bench":
 		err = runBench(args)
 	case "version", "--version":

@@ -47,20 +47,18 @@ func (c *statusClient) get(ctx context.Context, path string, v any) (string, err
 	}
 	if resp.StatusCode != http.StatusOK {
 		var e struct {
-			Error struct {
-				Code    string `json:"code"`
-				Message string `json:"message"`
-			} `json:"error"`
+			Code    string `json:"code"`
+			Message string `json:"error"`
 		}
 		_ = json.Unmarshal(body, &e)
-		switch e.Error.Code {
+		switch e.Code {
 		case "no_derivations", "checks_disabled", "alerts_disabled":
 			return "", errNotConfigured
 		}
 		if resp.StatusCode == http.StatusUnauthorized {
 			return "", fmt.Errorf("GET %s: %s: the server protects reads; pass --token (or AUDITD_READ_TOKEN)", path, resp.Status)
 		}
-		msg := e.Error.Message
+		msg := e.Message
 		if msg == "" {
 			msg = strings.TrimSpace(string(body))
 		}

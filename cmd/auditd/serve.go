@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"github.com/auditd/auditd/internal/buildinfo"
+	"github.com/auditd/auditd/web"
 	"log/slog"
 	"net"
 	"net/http"
@@ -231,7 +232,7 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 		defer ds.Close()
 		logger.Info("serving Go profiles", "addr", "http://"+dl.Addr().String()+"/debug/pprof/")
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	hs := &http.Server{Handler: web.Mount(srv), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	// Shutdown does not end open event streams (/v1/alerts/stream); closing
 	// the alert manager does.
 	hs.RegisterOnShutdown(func() { alerts.Close() })

@@ -43,7 +43,7 @@ func printStatus(w io.Writer, st *serverStatus, now time.Time) {
 				cp += " (behind)"
 			}
 		}
-		if l.Source != nil && l.Source.Lag != nil {
+		if l.Source != nil && l.Source.Lag != nil && *l.Source.Lag >= 0 { // -1: not fetched yet
 			lag = fmt.Sprint(*l.Source.Lag)
 		}
 		switch {

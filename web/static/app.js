@@ -3,7 +3,7 @@
 import * as v from './verify.js';
 
 const $ = (sel) => document.querySelector(sel);
-const state = { token: sessionStorage.getItem('auditd-token') || '', sizes: new Map(), alerts: new Map() };
+const state = { token: sessionStorage.getItem('auditd-token') || '', sizes: new Map(), cps: new Map(), alerts: new Map() };
 
 class HTTPError extends Error {
   constructor(status, msg) { super(msg); this.status = status; }
@@ -70,7 +70,13 @@ async function refreshLogs() {
     state.sizes.set(l.name, { size: l.size, at: now });
     let cp = '-', lag = '-', st = 'ok';
     if (d) {
-      cp = d.checkpoint ? String(d.checkpoint.size) + (d.checkpoint.size < d.size ? ' (behind)' : '') : 'none';
+      // A checkpoint carries no time: its age is when this page saw it grow.
+      const seen = state.cps.get(l.name);
+      const cpSize = d.checkpoint ? d.checkpoint.size : -1;
+      if (!seen || seen.size !== cpSize) state.cps.set(l.name, { size: cpSize, at: seen ? new Date().toISOString() : null });
+      const grew = state.cps.get(l.name).at;
+      cp = d.checkpoint ? String(d.checkpoint.size) + (d.checkpoint.size < d.size ? ' (behind)' : '') +
+        (grew ? ', grew ' + ago(grew) : ', unchanged since the page loaded') : 'none';
       if (d.source && d.source.lag >= 0) lag = String(d.source.lag);
       if (d.error) st = 'error: ' + d.error; else if (d.read_only) st = 'read-only';
     }

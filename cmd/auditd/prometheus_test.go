@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2"
 )
 
 // TestPrometheusAlertsFire runs a real Prometheus (Debian's prometheus
@@ -25,6 +27,8 @@ import (
 //     the first violation the log has seen (a counter that appears at 1);
 //   - a confirmed drift: a PostgreSQL table whose balance of bob is wrong,
 //     checked by a derivation with confirm_runs 1 and no grace;
+//   - then, daemon stopped, a payload byte flipped in Pebble and the
+//     daemon restarted with a short scrub interval: AuditdSelfAuditFinding;
 //
 // and waits until Prometheus's own /api/v1/alerts shows
 // AuditdIntegrityViolation and AuditdDerivedViewDrift firing, with their
@@ -64,12 +68,18 @@ func TestPrometheusAlertsFire(t *testing.T) {
 `, verifyPG(), tb.name))
 	conf := filepath.Join(dir, "auditd.yaml")
 	writeFile(t, conf, fmt.Sprintf("data_dir: %s\nderivations: [%s]\n", filepath.Join(dir, "data"), spec))
-	d, err := startDaemonArgs(ctx, bin, 1, "serve", "--config", conf, "--listen", "127.0.0.1:0",
-		"--checkpoint-interval", "20ms", "--log-format", "text")
-	if err != nil {
-		t.Fatalf("start auditd: %v", err)
+	listen := freePort(t) // kept across the restart: Prometheus scrapes one target
+	start := func(run int, more ...string) *daemon {
+		t.Helper()
+		d, err := startDaemonArgs(ctx, bin, run, append([]string{"serve", "--config", conf, "--listen", listen,
+			"--checkpoint-interval", "20ms", "--log-format", "text"}, more...)...)
+		if err != nil {
+			t.Fatalf("start auditd: %v", err)
+		}
+		t.Cleanup(d.kill)
+		return d
 	}
-	t.Cleanup(d.kill)
+	d := start(1)
 
 	prom := startPrometheus(t, ctx, promBin, strings.TrimPrefix(d.url, "http://"))
 	// The first scrapes see the daemon before anything went wrong.
@@ -125,6 +135,25 @@ func TestPrometheusAlertsFire(t *testing.T) {
 		if !strings.Contains(a.Annotations["runbook_url"], "docs/runbook.md#") {
 			t.Errorf("%s: runbook_url %q does not point into docs/runbook.md", a.Labels["alertname"], a.Annotations["runbook_url"])
 		}
+	}
+
+	// Stored data corrupted on disk: stop the daemon, flip a byte of
+	// payments entry 2's payload in Pebble, start it again with a short
+	// scrub interval; the scrub's finding fires AuditdSelfAuditFinding.
+	if err := d.stop(ctx); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	editLedger(t, filepath.Join(dir, "data"), "payments", func(db *pebble.DB, id uint32) { flipLastByte(t, db, entryKeyOf(id, 2)) })
+	start(2, "--scrub-interval", "300ms")
+	var scrub promAlert
+	waitProm(t, ctx, prom, "AuditdSelfAuditFinding firing", func() bool {
+		var ok bool
+		scrub, ok = promFiring(ctx, prom)["AuditdSelfAuditFinding"]
+		return ok
+	})
+	if scrub.Labels["checker"] != "scrub" || scrub.Labels["kind"] != "leaf_mismatch" ||
+		scrub.Annotations["runbook_url"] != "docs/runbook.md#auditdselfauditfinding" {
+		t.Errorf("scrub alert %+v", scrub)
 	}
 }
 

@@ -22,17 +22,16 @@ import (
 // TestPrometheusAlertsFire runs a real Prometheus (Debian's prometheus
 // package) scraping the real auditd binary every 250ms, with the shipped
 // dashboards/alerts.yml loaded unchanged (the rules driven here have no
-// for: clause, so no shortened copy is needed), then injects
-//   - an integrity violation: an event id reused with different content,
-//     the first violation the log has seen (a counter that appears at 1);
-//   - a confirmed drift: a PostgreSQL table whose balance of bob is wrong,
-//     checked by a derivation with confirm_runs 1 and no grace;
-//   - then, daemon stopped, a payload byte flipped in Pebble and the
-//     daemon restarted with a short scrub interval: AuditdSelfAuditFinding;
-//
-// and waits until Prometheus's own /api/v1/alerts shows
-// AuditdIntegrityViolation and AuditdDerivedViewDrift firing, with their
-// summary, description and runbook_url rendered, and no other alert firing.
+// for: clause, so no shortened copy is needed). It injects an integrity
+// violation (an event id reused with different content, the first
+// violation the log has seen: a counter series that appears at 1) and a
+// confirmed drift (a PostgreSQL table whose balance of bob is wrong,
+// checked by a derivation with confirm_runs 1 and no grace), and waits
+// until Prometheus's own /api/v1/alerts shows AuditdIntegrityViolation and
+// AuditdDerivedViewDrift firing, with their summary, description and
+// runbook_url rendered, and no other alert firing. Then it stops the
+// daemon, flips a byte of a stored payload in Pebble, starts it again with
+// a short scrub interval, and waits for AuditdSelfAuditFinding.
 func TestPrometheusAlertsFire(t *testing.T) {
 	promBin, err := exec.LookPath("prometheus")
 	if err != nil {

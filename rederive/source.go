@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"path"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/auditd/auditd/client"

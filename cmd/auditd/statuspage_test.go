@@ -30,7 +30,8 @@ import (
 // same entry through a tampering proxy (payload changed, payload_sha256,
 // leaf and leaf_hash recomputed to match) fails at the inclusion proof;
 // a drift alert appears without a reload once the test makes the
-// PostgreSQL table wrong. Screenshots go to the test's temp dir, or to
+// PostgreSQL table wrong. Screenshots go to a temporary directory, kept
+// when the test fails (with failure.png, the page as it was), or to
 // docs/images with AUDITD_UPDATE_SCREENSHOTS=1.
 func TestStatusPageBrowser(t *testing.T) {
 	e2e, err := filepath.Abs("../../web/e2e")
@@ -112,7 +113,16 @@ func TestStatusPageBrowser(t *testing.T) {
 	}))
 	t.Cleanup(control.Close)
 
-	shots := t.TempDir()
+	// Not t.TempDir: a failing run's screenshots must outlive the test.
+	shots, err := os.MkdirTemp("", "auditd-statuspage-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			os.RemoveAll(shots)
+		}
+	})
 	if os.Getenv("AUDITD_UPDATE_SCREENSHOTS") == "1" {
 		shots, _ = filepath.Abs("../../docs/images")
 	}

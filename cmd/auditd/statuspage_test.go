@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
@@ -20,13 +21,16 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/mod/sumdb/note"
+
 	"github.com/auditd/auditd/merkle"
 )
 
 // TestStatusPageBrowser drives the status page in Debian's Chromium with
 // playwright-core (web/e2e/page.test.mjs): the page asks for the read
 // token and loads; an honest entry verifies in the browser, each of the
-// seven steps passing; a verifier key of another signer is refused; the
+// seven steps passing; another key of the same name fails the signature
+// step, which names the key that did sign; the
 // same entry through a tampering proxy (payload changed, payload_sha256,
 // leaf and leaf_hash recomputed to match) fails at the inclusion proof;
 // a drift alert appears without a reload once the test makes the
@@ -102,6 +106,12 @@ func TestStatusPageBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Another key of the same name: it parses, and the signature step
+	// must refuse it.
+	_, otherKey, err := note.GenerateKey(rand.Reader, strings.SplitN(string(vkey), "+", 2)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
 	tamper := httptest.NewServer(tamperEntries(t, base))
 	t.Cleanup(tamper.Close)
 	control := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -118,9 +128,10 @@ func TestStatusPageBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tmp := shots
 	t.Cleanup(func() {
 		if !t.Failed() {
-			os.RemoveAll(shots)
+			os.RemoveAll(tmp)
 		}
 	})
 	if os.Getenv("AUDITD_UPDATE_SCREENSHOTS") == "1" {
@@ -131,7 +142,7 @@ func TestStatusPageBrowser(t *testing.T) {
 	cmd := exec.CommandContext(tctx, node, "page.test.mjs")
 	cmd.Dir = e2e
 	cmd.Env = append(os.Environ(), "AUDITD_URL="+base, "AUDITD_TAMPER_URL="+tamper.URL, "AUDITD_TOKEN="+token,
-		"AUDITD_VKEY="+strings.TrimSpace(string(vkey)), "AUDITD_LOG=payments", "AUDITD_ENTRY=p-2",
+		"AUDITD_VKEY="+strings.TrimSpace(string(vkey)), "AUDITD_OTHER_VKEY="+otherKey, "AUDITD_LOG=payments", "AUDITD_ENTRY=p-2",
 		"AUDITD_CONTROL_URL="+control.URL, "AUDITD_SCREENSHOTS="+shots, "CHROMIUM="+chromium)
 	out, err := cmd.CombinedOutput()
 	t.Logf("page.test.mjs:\n%s", out)

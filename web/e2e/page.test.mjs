@@ -2,7 +2,8 @@
 // playwright-core. Run by cmd/auditd's TestStatusPageBrowser, which starts
 // the daemon, a tampering proxy in front of it and a control endpoint, and
 // passes them in the environment:
-//   AUDITD_URL, AUDITD_TAMPER_URL, AUDITD_TOKEN, AUDITD_VKEY, AUDITD_LOG,
+//   AUDITD_URL, AUDITD_TAMPER_URL, AUDITD_TOKEN, AUDITD_VKEY, AUDITD_OTHER_VKEY
+//   (another key of the same name), AUDITD_LOG,
 //   AUDITD_ENTRY, AUDITD_CONTROL_URL (POST /drift makes the derived store
 //   wrong), AUDITD_SCREENSHOTS (a directory for the screenshots).
 // Exits 0 when every check passed, 1 otherwise (with the reason and a
@@ -73,10 +74,15 @@ try {
     'all seven steps pass: ' + r.steps.map((s) => `${s.step}=${s.result}`).join(' '));
   await shot(page, 'status-page-verified');
 
-  // A verifier key of another signer: the signature step fails and says who signed.
-  const other = await verify(page, 'someone-else' + vkey.slice(vkey.indexOf('+')));
-  check(other.verdict === 'fail' && other.steps.find((s) => s.step === 'key' || s.step === 'signature').result === 'fail',
-    'a verifier key of another name is refused: ' + other.text);
+  // A key with the right name but not the signer's: the key parses, the
+  // signature step fails and names the key that did sign.
+  const other = await verify(page, env('AUDITD_OTHER_VKEY'));
+  const sig = other.steps.find((s) => s.step === 'signature');
+  check(other.verdict === 'fail' && other.steps[0].result === 'pass' && sig && sig.result === 'fail' && /signed by \S+ \(key hash [0-9a-f]{8}\)/.test(sig.text),
+    'another key of the same name fails the signature step: ' + (sig ? sig.text : other.text));
+  // A mangled key: refused before anything is fetched.
+  const bad = await verify(page, 'someone-else' + vkey.slice(vkey.indexOf('+')));
+  check(bad.verdict === 'fail' && bad.steps.length === 1 && bad.steps[0].result === 'fail', 'a key whose hash does not match is refused: ' + bad.text);
 
   // Through the tampering proxy (it changes the payload and recomputes
   // payload_sha256, leaf and leaf_hash to match), only the proof to the

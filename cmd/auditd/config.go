@@ -147,6 +147,9 @@ type Config struct {
 	// Checks schedules the self-audit the daemon runs over its own ledger
 	// (docs/checkers.md): the ledger scrub and the checkpoint audit.
 	Checks ChecksConfig `yaml:"checks"`
+	// Retention prunes old payloads, keeping every proof (see
+	// RetentionConfig in retention.go).
+	Retention RetentionConfig `yaml:"retention"`
 }
 
 // ChecksConfig schedules the self-audit checkers. Each finding is kept
@@ -295,6 +298,9 @@ func (c *Config) validate() error {
 		if err := c.Kafka.Validate(); err != nil {
 			return fmt.Errorf("config: %w", err)
 		}
+	}
+	if err := c.Retention.validate(c.Derivations); err != nil {
+		return err
 	}
 	if c.KeyFile == "" {
 		c.KeyFile = c.DataDir + "/auditd.key"

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -56,7 +57,44 @@ func TestVerifierKeyForms(t *testing.T) {
 	}
 	var out, errb bytes.Buffer
 	code := runProve([]string{"--server", url, "--log", "orders", "--id", "o-1", "--verifier-key", k.vkey}, &out, &errb)
+	t.Logf("prove with another key: %s", errb.String())
 	if code != 1 || !strings.Contains(errb.String(), "signed by auditd.local (key hash ") {
 		t.Errorf("prove with another key: exit %d: %s", code, errb.String())
+	}
+}
+
+// TestVerifyHelpAndDaemonConfig: verify -h shows --config with a plain
+// argument name (no "-config derivations:" from back-quotes); verify
+// accepts the daemon's config file and checks the derivations it names,
+// with the key as --verifier-key-file.
+func TestVerifyHelpAndDaemonConfig(t *testing.T) {
+	var out, errb bytes.Buffer
+	runVerify([]string{"-h"}, &out, &errb)
+	if h := errb.String(); strings.Contains(h, "-config derivations") || !regexpMatch(`(?m)^\s+-config string$`, h) {
+		t.Errorf("verify -h:\n%s", h)
+	}
+	d := startVerifyDaemon(t)
+	tb := newVerifyTable(t)
+	tb.set(verifyBalances)
+	spec := writeVerifySpec(t, tb.name, verifySpecOpts{})
+	conf := filepath.Join(t.TempDir(), "auditd.yaml")
+	writeFile(t, conf, "listen: 127.0.0.1:0\nderivations: ["+spec+"]\n")
+	r := runVerifyTest(t, "--config", conf, "--server", d.url, "--verifier-key-file", d.vkeyFile)
+	if r.code != exitClean || !strings.Contains(r.stdout, "balances") {
+		t.Errorf("verify --config <daemon config>: %v", r)
+	}
+}
+
+// TestDemoBannerKcatHasID: the kcat line the demo's banner suggests sends
+// an id header, and the banner's lookup by id asks for that id, so the
+// suggested lookup finds the suggested record.
+func TestDemoBannerKcatHasID(t *testing.T) {
+	b := demoBanner("127.0.0.1:9092", "127.0.0.1:8080", "./auditd-demo")
+	m := regexp.MustCompile(`\| kcat -P .* -H id=(\S+)`).FindStringSubmatch(b)
+	if m == nil {
+		t.Fatalf("the banner's kcat example sends no id header:\n%s", b)
+	}
+	if !strings.Contains(b, "entries?id="+m[1]) {
+		t.Errorf("the banner does not look up the id %s it produces:\n%s", m[1], b)
 	}
 }

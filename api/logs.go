@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -284,7 +285,9 @@ func (s *Server) getEntryByID(w http.ResponseWriter, r *http.Request) {
 const maxListEntries = 10_000
 
 // listEntries serves the entries [start, end) (end defaults to start+1000
-// and is capped at the tree size and maxListEntries) as {"entries": [...]}.
+// and is capped at the tree size and maxListEntries) as {"entries": [...]},
+// with "next" (and a Link rel="next" header) when the page stopped short:
+// before the end asked for, or, with no end, before the tree's size.
 func (s *Server) listEntries(w http.ResponseWriter, r *http.Request, l *ledger.Log) {
 	q := r.URL.Query()
 	start, err := parseUint("start", q.Get("start"))
@@ -304,10 +307,23 @@ func (s *Server) listEntries(w http.ResponseWriter, r *http.Request, l *ledger.L
 		writeError(w, http.StatusBadRequest, "out_of_range", fmt.Sprintf("entries [%d, %d) of a tree of size %d", start, end, size), nil)
 		return
 	}
+	asked := end
 	end = min(end, size, start+maxListEntries)
 	out := struct {
 		Entries []client.Entry `json:"entries"`
+		// Next is the start of the next page; absent on the last one.
+		Next *uint64 `json:"next,omitempty"`
 	}{Entries: make([]client.Entry, 0, end-start)}
+	if end < size && (!q.Has("end") || end < asked) {
+		out.Next = &end
+		nq := url.Values{"start": {strconv.FormatUint(end, 10)}}
+		for _, k := range []string{"end", "payload"} {
+			if q.Has(k) {
+				nq.Set(k, q.Get(k))
+			}
+		}
+		w.Header().Set("Link", "<"+r.URL.Path+"?"+nq.Encode()+`>; rel="next"`)
+	}
 	base64 := q.Get("payload") == "base64"
 	err = l.Entries(r.Context(), start, end, func(rec *ledger.Record) error {
 		out.Entries = append(out.Entries, renderEntry(rec, base64))

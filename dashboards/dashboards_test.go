@@ -18,6 +18,7 @@ import (
 	"github.com/auditd/auditd/api"
 	"github.com/auditd/auditd/checkers"
 	"github.com/auditd/auditd/ingest"
+	"github.com/auditd/auditd/internal/buildinfo"
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/rederive"
 )
@@ -25,6 +26,17 @@ import (
 // exported returns the names of every series auditd's components export,
 // with the auditd_ prefix main registers them under.
 func exported(t *testing.T) map[string]bool {
+	names := map[string]bool{}
+	for _, ns := range exportedBy(t) {
+		for n := range ns {
+			names[n] = true
+		}
+	}
+	return names
+}
+
+// exportedBy returns the series exported by each component, by component.
+func exportedBy(t *testing.T) map[string]map[string]bool {
 	skey, vkey, err := note.GenerateKey(rand.Reader, "test")
 	if err != nil {
 		t.Fatal(err)
@@ -45,35 +57,52 @@ func exported(t *testing.T) map[string]bool {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { alerts.Close() })
-	kafka, err := ingest.NewKafka(store, ingest.KafkaConfig{Brokers: []string{"127.0.0.1:1"}, Topics: []string{"t"}}, nil)
+	kcfg := ingest.KafkaConfig{Brokers: []string{"127.0.0.1:1"}, Topics: []string{"t"}}
+	kafka, err := ingest.NewKafka(store, kcfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cs []prometheus.Collector
-	cs = append(cs, store.Collectors()...)
-	cs = append(cs, kafka.Collectors()...)
-	cs = append(cs, rederive.NewMetrics().Collectors()...)
-	cs = append(cs, alerts.Collectors()...)
-	cs = append(cs, api.New(store, vkey, api.Options{}).Collectors()...)
-	cs = append(cs, checkers.NewRunner(kv, checkers.Options{}).Collectors()...)
-	names := map[string]bool{}
+	peers, err := checkers.NewPeerCheck(store, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reread, err := checkers.NewKafkaReread(store, kcfg, checkers.KafkaRereadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	components := map[string][]prometheus.Collector{
+		"ledger":        store.Collectors(),
+		"kafka":         kafka.Collectors(),
+		"derivations":   rederive.NewMetrics().Collectors(),
+		"alerts":        alerts.Collectors(),
+		"http":          api.New(store, vkey, api.Options{}).Collectors(),
+		"checks":        checkers.NewRunner(kv, checkers.Options{}).Collectors(),
+		"peers":         peers.Collectors(),
+		"kafka re-read": reread.Collectors(),
+		"build":         {buildinfo.Read().Collector()},
+	}
+	out := map[string]map[string]bool{}
 	re := regexp.MustCompile(`fqName: "([^"]+)"`)
-	for _, c := range cs {
-		ch := make(chan *prometheus.Desc, 16)
-		go func() { c.Describe(ch); close(ch) }()
-		for d := range ch {
-			m := re.FindStringSubmatch(d.String())
-			if m == nil {
-				t.Fatalf("cannot read the name of %s", d)
-			}
-			n := "auditd_" + m[1]
-			names[n] = true
-			for _, s := range []string{"_bucket", "_sum", "_count"} {
-				names[n+s] = true
+	for comp, cs := range components {
+		names := map[string]bool{}
+		for _, c := range cs {
+			ch := make(chan *prometheus.Desc, 16)
+			go func() { c.Describe(ch); close(ch) }()
+			for d := range ch {
+				m := re.FindStringSubmatch(d.String())
+				if m == nil {
+					t.Fatalf("cannot read the name of %s", d)
+				}
+				n := "auditd_" + m[1]
+				names[n] = true
+				for _, s := range []string{"_bucket", "_sum", "_count"} {
+					names[n+s] = true
+				}
 			}
 		}
+		out[comp] = names
 	}
-	return names
+	return out
 }
 
 var metricRef = regexp.MustCompile(`\bauditd_[a-z0-9_]+`)
@@ -129,6 +158,26 @@ func TestDashboardMetricsExist(t *testing.T) {
 	}
 	if refs == 0 {
 		t.Fatal("the dashboard queries no auditd metric")
+	}
+	// Every component that exports metrics has a panel querying one.
+	var all strings.Builder
+	for _, p := range d.Panels {
+		for _, tg := range p.Targets {
+			all.WriteString(tg.Expr + "\n")
+		}
+	}
+	queried := map[string]bool{}
+	for _, ref := range metricRef.FindAllString(all.String(), -1) {
+		queried[ref] = true
+	}
+	for comp, ns := range exportedBy(t) {
+		found := false
+		for n := range ns {
+			found = found || queried[n]
+		}
+		if !found {
+			t.Errorf("no dashboard panel queries a metric of component %s", comp)
+		}
 	}
 }
 

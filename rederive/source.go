@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/auditd/auditd/client"
@@ -133,7 +134,7 @@ func (r *RemoteLedger) Logs(ctx context.Context) ([]string, error) { return r.Cl
 func (r *RemoteLedger) Pin(ctx context.Context, log string) (fold.Pin, bool, error) {
 	cp, note, err := r.Client.Checkpoint(ctx, log)
 	if errors.Is(err, client.ErrVerification) {
-		return fold.Pin{}, false, fmt.Errorf("%w: %v", ErrVerification, err)
+		return fold.Pin{}, false, verificationErr(err)
 	}
 	if err != nil {
 		// A log signs its first checkpoint after its first append: an
@@ -316,7 +317,8 @@ func (l *remoteLog) page(ctx context.Context, from, to uint64) ([]ledger.Record,
 // ledger (ErrVerification); other errors pass unchanged.
 func verificationErr(err error) error {
 	if errors.Is(err, client.ErrVerification) {
-		return fmt.Errorf("%w: %v", ErrVerification, err)
+		// One "verification failed" in the message, not the client's too.
+		return fmt.Errorf("%w: %s", ErrVerification, strings.TrimPrefix(err.Error(), client.ErrVerification.Error()+": "))
 	}
 	return err
 }

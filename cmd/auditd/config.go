@@ -239,7 +239,7 @@ func loadConfig(path string) (Config, error) {
 		dec := yaml.NewDecoder(f)
 		dec.KnownFields(true)
 		if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-			return c, fmt.Errorf("config %s: %w", path, err)
+			return c, friendlyConfigError(path, c, err)
 		}
 		c.Checks.Invariants.file = path
 		if err := expandConfigEnv(&c); err != nil {

@@ -84,19 +84,7 @@ producers) can use the broker address it prints.
 	case err := <-errc:
 		return err
 	}
-	fmt.Fprintf(os.Stderr, `
-auditd demo is running.
-  Kafka broker (in-process kfake):  %[1]s
-  auditd API:                       http://%[2]s
-Try:
-  curl -s http://%[2]s/v1/logs | jq
-  curl -s http://%[2]s/v1/logs/payments.0 | jq        # source position, lag, gaps
-  curl -s http://%[2]s/v1/logs/payments.0/checkpoint   # signed checkpoint
-  curl -s 'http://%[2]s/v1/logs/payments.0/entries?start=0&end=3' | jq
-  echo '{"id":"t-1","type":"transfer","from":"acct-1","to":"acct-2","amount":5}' | kcat -P -b %[1]s -t payments -k acct-1
-Ctrl-C stops it; the ledger stays in %[3]s.
-
-`, broker, addr, cfg.DataDir)
+	fmt.Fprint(os.Stderr, demoBanner(broker, addr, cfg.DataDir))
 
 	if *rate > 0 {
 		go producePayments(ctx, broker, *rate, *events, logger)
@@ -137,4 +125,25 @@ func producePayments(ctx context.Context, broker string, rate, limit int, logger
 			}
 		})
 	}
+}
+
+// demoBanner is what the demo prints once it runs: where the broker and
+// the API are, and commands to try. The kcat example sends an id header
+// (the Kafka source's event id), so the lookup by id after it finds it.
+func demoBanner(broker, addr, dataDir string) string {
+	return fmt.Sprintf(`
+auditd demo is running.
+  Kafka broker (in-process kfake):  %[1]s
+  auditd API:                       http://%[2]s
+Try:
+  curl -s http://%[2]s/v1/logs | jq
+  curl -s http://%[2]s/v1/logs/payments.0 | jq        # source position, lag, gaps
+  curl -s http://%[2]s/v1/logs/payments.0/checkpoint   # signed checkpoint
+  curl -s 'http://%[2]s/v1/logs/payments.0/entries?start=0&end=3' | jq
+  echo '{"type":"transfer","from":"acct-1","to":"acct-2","amount":5}' | kcat -P -b %[1]s -t payments -p 0 -k acct-1 -H id=t-1
+  curl -s 'http://%[2]s/v1/logs/payments.0/entries?id=t-1' | jq   # that record, by its id header
+  open http://%[2]s/ for the status page
+Ctrl-C stops it; the ledger stays in %[3]s.
+
+`, broker, addr, dataDir)
 }

@@ -21,7 +21,9 @@ import (
 	"github.com/auditd/auditd/api"
 	"github.com/auditd/auditd/checkers"
 	"github.com/auditd/auditd/ingest"
+	"github.com/auditd/auditd/internal/buildinfo"
 	"github.com/auditd/auditd/ledger"
+	"github.com/auditd/auditd/web"
 )
 
 // instance is what serve runs: the ledger and the components around it.
@@ -166,6 +168,7 @@ func (d *instance) openLedger() error {
 	d.reg = prometheus.NewRegistry()
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	d.metrics = prometheus.WrapRegistererWithPrefix("auditd_", d.reg)
+	d.metrics.MustRegister(buildinfo.Read().Collector())
 	for _, c := range store.Collectors() {
 		d.metrics.MustRegister(c)
 	}
@@ -278,7 +281,7 @@ func (d *instance) startDebug() error {
 
 // serveHTTP serves the API on ln as a component; shutdown drains it first.
 func (d *instance) serveHTTP(srv http.Handler, ln net.Listener) {
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	hs := &http.Server{Handler: web.Mount(srv), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	// Shutdown does not end open event streams (/v1/alerts/stream); closing
 	// the alert manager does.
 	alerts := d.alerts

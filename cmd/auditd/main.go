@@ -20,13 +20,13 @@ Usage:
   auditd verify  [flags]   check derived views against the ledger once (for CI)
   auditd fsck    [flags]   check a stopped daemon's ledger offline (scrub, checkpoint audit)
   auditd prune   [flags]   delete a stopped daemon's old payloads, keeping every proof
+  auditd status  [flags]   show a running server's logs, derivations, checks and alerts
+  auditd alerts  [flags]   list a running server's alerts, or follow them live
   auditd bench             moved: go run ./cmd/auditd-bench <mode> (load generators, not in this binary)
-  auditd version           print the version
+  auditd version [--json]  print the build (module version, VCS revision, Go version); also --version
 
 Run "auditd <command> -h" for a command's flags.
 `
-
-var version = "dev"
 
 func main() {
 	if len(os.Args) < 2 {
@@ -50,10 +50,14 @@ func main() {
 		os.Exit(runPrune(args, os.Stdout, os.Stderr))
 	case "prove":
 		os.Exit(runProve(args, os.Stdout, os.Stderr))
+	case "status":
+		os.Exit(runStatus(args, os.Stdout, os.Stderr))
+	case "alerts":
+		os.Exit(runAlerts(args, os.Stdout, os.Stderr))
 	case "bench":
 		err = runBench(args)
-	case "version":
-		fmt.Println("auditd", version)
+	case "version", "--version":
+		os.Exit(runVersion(args, os.Stdout, os.Stderr))
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 	default:

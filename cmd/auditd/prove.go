@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
 	"golang.org/x/mod/sumdb/note"
@@ -50,7 +49,7 @@ func runProve(args []string, stdout, stderr io.Writer) int {
 	fset.StringVar(&f.log, "log", "", "log name (required)")
 	fset.StringVar(&f.id, "id", "", "event id to prove")
 	fset.Int64Var(&f.index, "index", -1, "entry index to prove (instead of -id)")
-	fset.StringVar(&f.vkey, "verifier-key", "", "checkpoint verifier key (NAME+HASH+KEY)")
+	fset.StringVar(&f.vkey, "verifier-key", "", "checkpoint verifier key (NAME+HASH+KEY), or @FILE")
 	fset.StringVar(&f.vkeyFile, "verifier-key-file", "", "file holding the verifier key")
 	fset.StringVar(&f.prev, "previous-checkpoint", "", "a checkpoint saved earlier: also prove the log only grew since")
 	fset.StringVar(&f.save, "save-checkpoint", "", "write the verified checkpoint to this file")
@@ -83,13 +82,9 @@ func runProve(args []string, stdout, stderr io.Writer) int {
 
 // proveKey is the verifier of -verifier-key or -verifier-key-file.
 func proveKey(f proveFlags) (note.Verifier, error) {
-	key := f.vkey
-	if f.vkeyFile != "" {
-		b, err := os.ReadFile(f.vkeyFile)
-		if err != nil {
-			return nil, err
-		}
-		key = strings.TrimSpace(string(b))
+	key, err := verifierKeyArg(f.vkey, f.vkeyFile)
+	if err != nil {
+		return nil, err
 	}
 	if key == "" {
 		return nil, errors.New("need -verifier-key or -verifier-key-file: the key must come from a source you trust, not from the server")
@@ -122,6 +117,9 @@ func prove(f proveFlags, stdout io.Writer) error {
 	}
 	cp, signed, err := c.Checkpoint(ctx, f.log)
 	if err != nil {
+		if by := noteSigners(signed); by != "" && errors.Is(err, client.ErrVerification) {
+			err = fmt.Errorf("%w; the key given is %s (key hash %08x), the checkpoint is signed by %s", err, v.Name(), v.KeyHash(), by)
+		}
 		return checked(err)
 	}
 	fmt.Fprintf(stdout, "checkpoint  %s  size %d  root %s  signature OK (%s)\n", c.Origin(f.log), cp.Size, cp.Root, v.Name())

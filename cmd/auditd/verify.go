@@ -34,11 +34,11 @@ const (
 
 // verifyFlags are auditd verify's flags.
 type verifyFlags struct {
-	config, dataDir, server, vkey, token, only string
-	jsonOut, junitOut, mdOut                   string
-	workers                                    int
-	timeout                                    time.Duration
-	quiet, fromSnapshot                        bool
+	config, dataDir, server, vkey, vkeyFile, token, only string
+	jsonOut, junitOut, mdOut                             string
+	workers                                              int
+	timeout                                              time.Duration
+	quiet, fromSnapshot                                  bool
 }
 
 const verifyUsage = `Usage: auditd verify --config FILE (--data-dir DIR | --server URL --verifier-key KEY) [flags]
@@ -62,10 +62,11 @@ Exit status:
 func parseVerifyFlags(args []string, stderr io.Writer) (f verifyFlags, help bool, err error) {
 	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&f.config, "config", "", "derivation spec file (YAML, `derivations:`), required")
+	fs.StringVar(&f.config, "config", "", "derivation spec file (YAML with a derivations list), or the daemon's config file (the spec files its derivations name); required")
 	fs.StringVar(&f.dataDir, "data-dir", "", "verify against the ledger in this data dir (the daemon must not be running on it)")
 	fs.StringVar(&f.server, "server", "", "verify against a remote auditd at this URL")
 	fs.StringVar(&f.vkey, "verifier-key", "", "checkpoint verifier key of the remote auditd (NAME+HASH+KEY), or @FILE")
+	fs.StringVar(&f.vkeyFile, "verifier-key-file", "", "file holding the verifier key (same as --verifier-key @FILE)")
 	fs.StringVar(&f.token, "token", os.Getenv("AUDITD_READ_TOKEN"), "bearer token if the server protects reads")
 	fs.StringVar(&f.only, "only", "", "run only these derivations (comma-separated names)")
 	fs.StringVar(&f.jsonOut, "json", "", "write the reports as JSON to this file")
@@ -158,7 +159,11 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 // verifyJobs compiles the derivations of the spec file config, only those
 // named in only (comma-separated) if it is not empty.
 func verifyJobs(config, only string) ([]rederive.Job, error) {
-	specs, err := spec.Load(config)
+	files, err := verifySpecFiles(config)
+	if err != nil {
+		return nil, err
+	}
+	specs, err := spec.Load(files...)
 	if err != nil {
 		return nil, err
 	}
@@ -202,13 +207,9 @@ func verifyLedger(f verifyFlags, logger *slog.Logger) (rederive.Ledger, func(), 
 		}
 		return rederive.LocalLedger{Store: store}, func() { store.Close() }, nil
 	}
-	key := f.vkey
-	if strings.HasPrefix(key, "@") {
-		b, err := os.ReadFile(key[1:])
-		if err != nil {
-			return nil, nil, fmt.Errorf("verifier key: %w", err)
-		}
-		key = strings.TrimSpace(string(b))
+	key, err := verifierKeyArg(f.vkey, f.vkeyFile)
+	if err != nil {
+		return nil, nil, err
 	}
 	if key == "" {
 		return nil, nil, errors.New("--verifier-key is required with --server: the key must come from a source you trust, not from the server")

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"strings"
 
 	"golang.org/x/mod/sumdb/note"
 
@@ -28,9 +26,13 @@ func snapshotRunner(ctx context.Context, f verifyFlags, lg rederive.Ledger, job 
 	if !ok {
 		return nil, errors.New("--from-snapshot needs --server")
 	}
-	v, err := verifierFlag(f.vkey)
+	key, err := verifierKeyArg(f.vkey, f.vkeyFile)
 	if err != nil {
 		return nil, err
+	}
+	v, err := note.NewVerifier(key)
+	if err != nil {
+		return nil, fmt.Errorf("verifier key: %w", err)
 	}
 	b, err := remote.Client.DerivationSnapshot(ctx, job.Derivation.Name())
 	if err != nil {
@@ -44,18 +46,3 @@ func snapshotRunner(ctx context.Context, f verifyFlags, lg rederive.Ledger, job 
 		rederive.WithProgress(progress), rederive.WithSnapshot(&s, v)), nil
 }
 
-// verifierFlag parses --verifier-key (a key, or @FILE).
-func verifierFlag(key string) (note.Verifier, error) {
-	if strings.HasPrefix(key, "@") {
-		b, err := os.ReadFile(key[1:])
-		if err != nil {
-			return nil, fmt.Errorf("verifier key: %w", err)
-		}
-		key = strings.TrimSpace(string(b))
-	}
-	v, err := note.NewVerifier(key)
-	if err != nil {
-		return nil, fmt.Errorf("verifier key: %w", err)
-	}
-	return v, nil
-}

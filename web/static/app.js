@@ -1,0 +1,258 @@
+// auditd's status page: polls the JSON API, follows /v1/alerts/stream, and
+// verifies entries in the browser (verify.js).
+import * as v from './verify.js';
+
+const $ = (sel) => document.querySelector(sel);
+const state = { token: sessionStorage.getItem('auditd-token') || '', sizes: new Map(), cps: new Map(), alerts: new Map() };
+
+class HTTPError extends Error {
+  constructor(status, msg) { super(msg); this.status = status; }
+}
+
+async function api(path, { text = false, signal } = {}) {
+  const headers = {};
+  if (state.token) headers.Authorization = 'Bearer ' + state.token;
+  const r = await fetch(path, { headers, signal, cache: 'no-store' });
+  if (r.status === 401) { askToken(); throw new HTTPError(401, 'the server protects reads: give the read token'); }
+  if (!r.ok) {
+    let msg = r.status + ' ' + r.statusText;
+    try { const e = await r.json(); msg = `${r.status} ${e.code}: ${e.error}`; } catch { /* not JSON */ }
+    throw new HTTPError(r.status, msg);
+  }
+  return text ? r.text() : r.json();
+}
+
+function askToken() {
+  $('#token-form').hidden = false;
+  setConn('token needed', 'bad');
+}
+
+function setConn(text, cls) {
+  const c = $('#conn');
+  c.textContent = text;
+  c.className = 'badge ' + (cls || '');
+}
+
+function el(tag, attrs = {}, ...kids) {
+  const e = document.createElement(tag);
+  for (const [k, val] of Object.entries(attrs)) {
+    if (k === 'class') e.className = val; else e.setAttribute(k, val);
+  }
+  for (const k of kids) e.append(k instanceof Node ? k : document.createTextNode(String(k)));
+  return e;
+}
+
+function ago(t) {
+  if (!t) return '-';
+  const s = Math.max(0, Math.round((Date.now() - Date.parse(t)) / 1000));
+  if (s < 120) return s + 's ago';
+  if (s < 7200) return Math.round(s / 60) + 'm ago';
+  return Math.round(s / 3600) + 'h ago';
+}
+
+function fill(table, rows) {
+  const body = $(table + ' tbody');
+  body.replaceChildren(...rows);
+  if (rows.length === 0) body.append(el('tr', {}, el('td', { class: 'muted', colspan: '6' }, 'none')));
+}
+
+const maxLogDetails = 50; // logs whose own GET (checkpoint, Kafka lag) is read each poll
+
+async function refreshLogs() {
+  const logs = await api('/v1/logs');
+  const now = performance.now();
+  const details = await Promise.all(logs.slice(0, maxLogDetails).map((l) => api('/v1/logs/' + encodeURIComponent(l.name) + '/').catch(() => null)));
+  const rows = logs.map((l, i) => {
+    const d = details[i];
+    const prev = state.sizes.get(l.name);
+    let rate = '-';
+    if (prev && now > prev.at) rate = ((l.size - prev.size) / ((now - prev.at) / 1000)).toFixed(1);
+    state.sizes.set(l.name, { size: l.size, at: now });
+    let cp = '-', lag = '-', st = 'ok';
+    if (d) {
+      // A checkpoint carries no time: its age is when this page saw it grow.
+      const seen = state.cps.get(l.name);
+      const cpSize = d.checkpoint ? d.checkpoint.size : -1;
+      if (!seen || seen.size !== cpSize) state.cps.set(l.name, { size: cpSize, at: seen ? new Date().toISOString() : null });
+      const grew = state.cps.get(l.name).at;
+      cp = d.checkpoint ? String(d.checkpoint.size) + (d.checkpoint.size < d.size ? ' (behind)' : '') +
+        (grew ? ', grew ' + ago(grew) : ', unchanged since the page loaded') : 'none';
+      if (d.source && d.source.lag >= 0) lag = String(d.source.lag);
+      if (d.error) st = 'error: ' + d.error; else if (d.read_only) st = 'read-only';
+    }
+    return el('tr', { 'data-log': l.name }, el('td', {}, l.name), el('td', {}, l.size), el('td', {}, cp), el('td', {}, rate), el('td', {}, lag),
+      el('td', { class: st === 'ok' ? 'state-ok' : 'state-error' }, st));
+  });
+  fill('#logs', rows);
+}
+
+async function refreshSection(path, field, table, row) {
+  try {
+    const out = await api(path);
+    fill(table, (out[field] || []).map(row));
+  } catch (e) {
+    if (e.status === 404) fill(table, [el('tr', {}, el('td', { class: 'muted', colspan: '6' }, 'not configured on this server'))]);
+    else throw e;
+  }
+}
+
+const derivationRow = (d) => el('tr', { 'data-derivation': d.name }, el('td', {}, d.name), el('td', {}, d.store),
+  el('td', { class: 'state-' + (d.last_state || 'none') }, (d.last_state || 'not run yet') + (d.running ? ' (running)' : '')),
+  el('td', {}, ago(d.last_run_at)), el('td', {}, d.confirmed), el('td', {}, d.pending));
+
+const checkRow = (c) => el('tr', { 'data-check': c.name }, el('td', {}, c.name), el('td', {}, c.state),
+  el('td', { class: 'state-' + (c.last_run ? c.last_run.result : 'none') }, c.last_run ? c.last_run.result : 'never ran'),
+  el('td', {}, ago(c.last_success_at)), el('td', {}, (c.findings || []).length));
+
+async function refresh() {
+  try {
+    await Promise.all([refreshLogs(),
+      refreshSection('/v1/derivations', 'derivations', '#derivations', derivationRow),
+      refreshSection('/v1/checks', 'checks', '#checks', checkRow)]);
+    setConn('connected', 'ok');
+    $('#footer').textContent = 'updated ' + new Date().toISOString();
+  } catch (e) {
+    if (e.status !== 401) setConn('error: ' + e.message, 'bad');
+  }
+}
+
+function renderAlerts() {
+  const list = [...state.alerts.values()].sort((a, b) => (a.state === b.state ? (a.id < b.id ? -1 : 1) : a.state === 'firing' ? -1 : 1));
+  const ul = $('#alerts');
+  if (list.length === 0) { ul.replaceChildren(el('li', { class: 'muted' }, 'none firing')); return; }
+  ul.replaceChildren(...list.map((a) => el('li', { class: a.state, 'data-alert': a.id, 'data-state': a.state },
+    el('strong', {}, a.state.toUpperCase()), ' ', a.id, ' — ', a.summary, ' ', el('span', { class: 'muted' }, '(' + ago(a.starts_at) + ')'))));
+}
+
+// followAlerts reads the SSE stream with fetch (EventSource cannot send the
+// token) and reconnects when it ends; the server begins each stream with
+// the firing alerts.
+async function followAlerts() {
+  for (;;) {
+    try {
+      const headers = { Accept: 'text/event-stream' };
+      if (state.token) headers.Authorization = 'Bearer ' + state.token;
+      const r = await fetch('/v1/alerts/stream', { headers, cache: 'no-store' });
+      if (r.status === 401) { askToken(); await new Promise((res) => { state.tokenSet = res; }); continue; }
+      if (r.status === 404) { $('#alerts-live').textContent = '(alerts are not enabled on this server)'; return; }
+      if (!r.ok) throw new Error('stream: ' + r.status);
+      $('#alerts-live').textContent = '(live)';
+      state.alerts.clear();
+      renderAlerts();
+      const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buf = '';
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += value;
+        let i;
+        while ((i = buf.indexOf('\n\n')) >= 0) {
+          const ev = buf.slice(0, i); buf = buf.slice(i + 2);
+          const data = ev.split('\n').filter((l) => l.startsWith('data:')).map((l) => l.slice(5).trimStart()).join('\n');
+          if (data) { const a = JSON.parse(data); state.alerts.set(a.id, a); renderAlerts(); }
+        }
+      }
+    } catch (e) {
+      $('#alerts-live').textContent = '(reconnecting: ' + e.message + ')';
+    }
+    await new Promise((res) => setTimeout(res, 1000));
+  }
+}
+
+// ---- verification ----
+
+function step(name, title) {
+  const li = el('li', { 'data-step': name, class: 'pending' }, el('span', { class: 'title' }, title + ': '), el('span', { class: 'result' }, '…'));
+  $('#steps').append(li);
+  return {
+    pass(detail) { li.className = 'pass'; li.dataset.result = 'pass'; li.querySelector('.result').textContent = 'passed'; if (detail) li.append(el('span', { class: 'detail' }, detail)); },
+    fail(err) { li.className = 'fail'; li.dataset.result = 'fail'; li.querySelector('.result').textContent = 'FAILED'; li.append(el('span', { class: 'detail' }, err.message || String(err))); },
+  };
+}
+
+async function run(name, title, fn) {
+  const s = step(name, title);
+  try { const out = await fn(); s.pass(out && out.detail); return out; } catch (e) { s.fail(e); throw Object.assign(e, { step: title }); }
+}
+
+async function verifyEntry(keyText, log, which) {
+  $('#steps').replaceChildren();
+  const verdict = $('#verdict');
+  verdict.hidden = true;
+  const logPath = '/v1/logs/' + encodeURIComponent(log);
+  try {
+    const vk = await run('key', 'Verifier key', async () => {
+      const k = await v.parseVerifierKey(keyText);
+      return Object.assign(k, { detail: `${k.name}, key hash ${k.hashHex}` });
+    });
+    const cp = await run('checkpoint', 'Checkpoint fetched and parsed', async () => {
+      const c = v.parseCheckpoint(await api(logPath + '/checkpoint', { text: true }));
+      if (!c.origin.endsWith('/' + log)) throw new Error(`origin ${c.origin} is not this log's (want …/${log})`);
+      return Object.assign(c, { detail: `origin ${c.origin}, size ${c.size}, root ${v.b64enc(c.root)}` });
+    });
+    await run('signature', 'Checkpoint signature (Ed25519, WebCrypto)', async () => {
+      await v.verifyCheckpoint(cp, vk);
+      return { detail: `signed by ${vk.name}` };
+    });
+    const e = await run('entry', 'Entry fetched', async () => {
+      const w = which.trim();
+      // "#12" or "12": an index; "id:12" or anything else: an event id.
+      const path = /^#?\d+$/.test(w)
+        ? logPath + '/entries/' + w.replace('#', '') + '?payload=base64'
+        : logPath + '/entries?id=' + encodeURIComponent(w.replace(/^id:/, '')) + '&payload=base64';
+      const en = await api(path);
+      if (BigInt(en.index) >= cp.size) throw new Error(`entry ${en.index} is not covered by the checkpoint of size ${cp.size} yet; try again in a moment`);
+      return Object.assign(en, { detail: `index ${en.index}, id ${en.id}, time ${en.time}` });
+    });
+    const psha = await run('payload', 'Payload SHA-256', async () => {
+      const h = await v.payloadHash(e);
+      if (v.b64enc(h) !== e.payload_sha256) throw new Error(`the payload hashes to ${v.b64enc(h)}, the entry says ${e.payload_sha256}`);
+      return Object.assign(h, { detail: v.b64enc(h) + (e.payload_pruned ? ' (pruned: as stated by the server)' : '') });
+    });
+    const lh = await run('leaf', 'Leaf recomputed from the entry (ledger-format v1)', async () => {
+      const leaf = v.encodeLeaf(log, e, psha);
+      if (v.b64enc(leaf) !== e.leaf) throw new Error('the recomputed leaf differs from the one served');
+      const h = await v.leafHash(leaf);
+      if (v.b64enc(h) !== e.leaf_hash) throw new Error(`the leaf hashes to ${v.b64enc(h)}, the server says ${e.leaf_hash}`);
+      return Object.assign(h, { detail: 'leaf hash ' + v.b64enc(h) });
+    });
+    await run('inclusion', 'Inclusion proof to the signed root (RFC 6962)', async () => {
+      const p = await api(`${logPath}/proof/inclusion?index=${e.index}&size=${cp.size}`);
+      const root = await v.rootFromInclusion(e.index, cp.size, lh, p.hashes.map(v.b64dec));
+      if (!v.equal(root, cp.root)) throw new Error(`the proof leads to root ${v.b64enc(root)}, the signed checkpoint has ${v.b64enc(cp.root)}`);
+      return { detail: `${p.hashes.length} hashes, root ${v.b64enc(root)}` };
+    });
+    verdict.className = 'verdict pass';
+    verdict.dataset.result = 'pass';
+    verdict.textContent = `VERIFIED: entry ${e.index} (${e.id}) of ${log} is in the tree of size ${cp.size} signed by ${vk.name}.`;
+  } catch (err) {
+    verdict.className = 'verdict fail';
+    verdict.dataset.result = 'fail';
+    verdict.textContent = `NOT VERIFIED: ${err.step || 'verification'} failed: ${err.message}`;
+  }
+  verdict.hidden = false;
+}
+
+function init() {
+  const pinned = localStorage.getItem('auditd-verifier-key');
+  if (pinned) { $('#vkey').value = pinned; $('#pin').checked = true; }
+  $('#token-form').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    state.token = $('#token').value.trim();
+    sessionStorage.setItem('auditd-token', state.token);
+    $('#token-form').hidden = true;
+    if (state.tokenSet) { state.tokenSet(); state.tokenSet = null; }
+    refresh();
+  });
+  $('#verify-form').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const key = $('#vkey').value;
+    if ($('#pin').checked) localStorage.setItem('auditd-verifier-key', key.trim()); else localStorage.removeItem('auditd-verifier-key');
+    verifyEntry(key, $('#vlog').value.trim(), $('#vwhich').value);
+  });
+  refresh();
+  setInterval(refresh, 3000);
+  followAlerts();
+}
+
+init();

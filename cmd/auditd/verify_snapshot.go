@@ -45,4 +45,3 @@ func snapshotRunner(ctx context.Context, f verifyFlags, lg rederive.Ledger, job 
 	return rederive.NewRunner(lg, rederive.WithWorkers(f.workers), rederive.WithLogger(logger), rederive.WithNoMatchIsError(),
 		rederive.WithProgress(progress), rederive.WithSnapshot(&s, v)), nil
 }
-

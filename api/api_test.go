@@ -984,7 +984,18 @@ func TestPostWaitCheckpointTimeout(t *testing.T) {
 	t.Parallel()
 	// The first append is signed at once; later ones wait an hour.
 	env := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true, WaitTimeout: 50 * time.Millisecond}, cpInterval: time.Hour})
-	first, _ := seed(t, env, "slow", 1)
+	// The first entry is posted without waiting, then waited for on the
+	// ledger itself: its checkpoint may take longer than the 50ms the
+	// server waits on a loaded machine.
+	res, _ := env.post("slow", "", ndjson(`{"id":"e0","time":"2024-01-01T00:00:00.5Z","payload":{"i":0}}`))
+	first := res.Entries
+	l, err := env.store.Log("slow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.WaitCheckpoint(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
 	body := ndjson(`{"id":"late","time":"2024-01-01T00:00:00Z","payload":1}`)
 	r := env.do(http.MethodPost, "/v1/logs/slow/entries?wait=checkpoint", strings.NewReader(body))
 	if r.status != http.StatusServiceUnavailable || r.header.Get("Content-Type") != "application/json" {

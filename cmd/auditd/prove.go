@@ -30,6 +30,7 @@ func runProve(args []string, stdout, stderr io.Writer) int {
 	save := fset.String("save-checkpoint", "", "write the verified checkpoint to this file")
 	token := fset.String("token", os.Getenv("AUDITD_READ_TOKEN"), "bearer token if the server protects reads")
 	timeout := fset.Duration("timeout", 30*time.Second, "overall time limit")
+	wp := bindWitnessPolicyFlags(fset) // witness.go
 	fset.Usage = func() {
 		fmt.Fprintf(stderr, `Usage: auditd prove -log LOG (-id ID | -index N) (-verifier-key KEY | -verifier-key-file F) [flags]
 
@@ -72,7 +73,11 @@ Exit status: 0 verified, 1 a check failed, 2 usage or network error.
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	c := client.New(*server, v).WithToken(*token)
+	wopts, err := wp.options()
+	if err != nil {
+		return fail(2, "%v", err)
+	}
+	c := client.New(*server, v, wopts...).WithToken(*token)
 	code := func(err error) int {
 		if errors.Is(err, client.ErrVerification) {
 			return fail(1, "FAILED: %v", err)

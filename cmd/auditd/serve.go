@@ -210,6 +210,11 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 		opts.SourceStatus = func(log string) (any, bool) { return kafka.Status(log) }
 		opts.Ready = kafka.Ready
 	}
+	stopWitness, err := startWitnessing(store, cfg, key.signer.Name(), &opts, auditdReg, logger) // witness.go
+	if err != nil {
+		return err
+	}
+	defer stopWitness() // runs before the ledger closes
 	srv := api.New(store, key.vkey, opts)
 	for _, c := range srv.Collectors() {
 		auditdReg.MustRegister(c)

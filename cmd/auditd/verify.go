@@ -47,6 +47,7 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 	workers := fs.Int("workers", 0, "fold workers (default: the number of CPUs)")
 	timeout := fs.Duration("timeout", 30*time.Minute, "overall time limit")
 	quiet := fs.Bool("quiet", false, "no progress bar and no logs on stderr")
+	wp := bindWitnessPolicyFlags(fs) // witness.go; with --server only
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, `Usage: auditd verify --config FILE (--data-dir DIR | --server URL --verifier-key KEY) [flags]
 
@@ -139,8 +140,15 @@ Exit status:
 		if err != nil {
 			return fail(exitError, "verifier key: %v", err)
 		}
-		lg = &rederive.RemoteLedger{Client: client.New(strings.TrimRight(*server, "/"), v).WithToken(*token)}
+		wopts, err := wp.options()
+		if err != nil {
+			return fail(exitError, "%v", err)
+		}
+		lg = &rederive.RemoteLedger{Client: client.New(strings.TrimRight(*server, "/"), v, wopts...).WithToken(*token)}
 	} else {
+		if len(wp.keys) > 0 {
+			return fail(exitError, "--witness-key needs --server: a data dir holds no cosignatures")
+		}
 		store, err := openLedgerForVerify(*dataDir, logger)
 		if err != nil {
 			return fail(exitError, "%v", err)

@@ -57,6 +57,10 @@ type Options struct {
 	MinBackoff time.Duration // default 100ms
 	MaxBackoff time.Duration // default 30s
 	Logger     *slog.Logger
+	// OnCosigned and OnError, if set, are called after each cosignature
+	// held and each failed submission (tests and benchmarks wait on them).
+	OnCosigned func(log, witness string, size uint64)
+	OnError    func(log, witness string, err error)
 }
 
 // Submitter sends checkpoints to witnesses and holds their cosignatures.
@@ -68,9 +72,10 @@ type Submitter struct {
 
 	mu    sync.Mutex
 	state map[string][]*state // log -> one per witness, in config order
+	open  map[string]Log      // the logs followed
 
 	submissions *prometheus.CounterVec
-	lag         *prometheus.GaugeVec
+	lag         *lagCollector
 	delay       *prometheus.HistogramVec
 }
 
@@ -111,22 +116,23 @@ func New(logs Logs, witnesses []Witness, opts Options) (*Submitter, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Submitter{
+	s := &Submitter{
 		logs: logs, witnesses: witnesses, opts: opts, log: opts.Logger, state: map[string][]*state{},
 		submissions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "witness_submissions_total",
 			Help: "add-checkpoint requests sent to witnesses, by witness and result (ok, conflict, error).",
 		}, []string{"witness", "result"}),
-		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "witness_lag_entries",
-			Help: "Entries the latest checkpoint a witness cosigned is behind the log's latest checkpoint.",
-		}, []string{"log", "witness"}),
 		delay: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "witness_cosignature_delay_seconds",
 			Help:    "Time from seeing a signed checkpoint to holding a witness's cosignature of it.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
 		}, []string{"witness"}),
-	}, nil
+		open: map[string]Log{},
+	}
+	s.lag = &lagCollector{s: s, desc: prometheus.NewDesc("witness_lag_entries",
+		"Entries the latest checkpoint a witness cosigned is behind the log's latest checkpoint (all of them before its first cosignature).",
+		[]string{"log", "witness"}, nil)}
+	return s, nil
 }
 
 // Collectors returns the submitter's Prometheus collectors.
@@ -151,6 +157,7 @@ func (s *Submitter) Run(ctx context.Context) {
 					st[i] = &state{}
 				}
 				s.state[l.Name()] = st
+				s.open[l.Name()] = l
 			}
 			s.mu.Unlock()
 			if started {
@@ -190,7 +197,6 @@ func (s *Submitter) follow(ctx context.Context, l Log, i int) {
 			return
 		}
 		seen := time.Now()
-		s.updateLag(l, i)
 		lines, known, err := s.submit(ctx, l, w, old, cp)
 		old = known
 		if err != nil {
@@ -204,7 +210,9 @@ func (s *Submitter) follow(ctx context.Context, l Log, i int) {
 		st := s.state[l.Name()][i]
 		st.cosigned, st.have, st.lines = cp.Size, true, lines
 		s.mu.Unlock()
-		s.updateLag(l, i)
+		if f := s.opts.OnCosigned; f != nil {
+			f(l.Name(), w.Verifier.Name(), cp.Size)
+		}
 		next = cp.Size + 1
 	}
 }
@@ -228,21 +236,9 @@ func (s *Submitter) fail(log string, i int, err error) {
 	st.errors++
 	s.mu.Unlock()
 	s.log.Warn("witness: submitting a checkpoint failed", "log", log, "witness", name, "err", err)
-}
-
-func (s *Submitter) updateLag(l Log, i int) {
-	cp := l.Checkpoint()
-	if cp == nil {
-		return
+	if f := s.opts.OnError; f != nil {
+		f(log, name, err)
 	}
-	s.mu.Lock()
-	st := s.state[l.Name()][i]
-	lag := cp.Size
-	if st.have {
-		lag -= min(st.cosigned, cp.Size)
-	}
-	s.mu.Unlock()
-	s.lag.WithLabelValues(l.Name(), s.witnesses[i].Verifier.Name()).Set(float64(lag))
 }
 
 // submit sends cp to w, from the witness's size old; on 409 it learns the
@@ -383,4 +379,32 @@ func (s *Submitter) stateOf(log string, i int) *state {
 		return st[i]
 	}
 	return nil
+}
+
+// lagCollector reports each witness's lag when scraped, so a witness
+// whose request hangs still shows the log moving away from it.
+type lagCollector struct {
+	s    *Submitter
+	desc *prometheus.Desc
+}
+
+func (c *lagCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *lagCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, l := range s.open {
+		cp := l.Checkpoint()
+		if cp == nil {
+			continue
+		}
+		for i, st := range s.state[name] {
+			lag := cp.Size
+			if st.have {
+				lag -= min(st.cosigned, cp.Size)
+			}
+			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(lag), name, s.witnesses[i].Verifier.Name())
+		}
+	}
 }

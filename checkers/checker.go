@@ -66,6 +66,14 @@ type Progress interface {
 	Found(f Finding)
 }
 
+// FindingKinder is implemented by a Checker that says which kinds of
+// finding it can report: the Runner exports a 0-valued findings series for
+// each from the start, so that an alert rule or a dashboard sees the series
+// before the first finding. A Checker without it gets the ledger's kinds.
+type FindingKinder interface {
+	FindingKinds() []string
+}
+
 // Checker is one self-audit.
 type Checker interface {
 	// Name names the checker in metrics, GET /v1/checks and alerts

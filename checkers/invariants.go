@@ -317,3 +317,6 @@ func (c *InvariantCheck) Run(ctx context.Context, p Progress) error {
 	}
 	return errors.Join(errs...)
 }
+
+// FindingKinds are the kinds an invariant check reports.
+func (c *InvariantCheck) FindingKinds() []string { return []string{ledger.IntegrityInvariant} }

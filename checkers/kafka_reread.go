@@ -404,3 +404,8 @@ func (m *rereadMetrics) add(checker, result string, n uint64) {
 		m.records.WithLabelValues(checker, result).Add(float64(n))
 	}
 }
+
+// FindingKinds are the kinds a re-read reports.
+func (c *KafkaReread) FindingKinds() []string {
+	return []string{ledger.IntegritySourceMismatch, ledger.IntegritySourceMissing, ledger.IntegritySourceRecreated}
+}

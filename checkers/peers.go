@@ -410,3 +410,8 @@ func openPeerCheckpoint(raw []byte, v note.Verifier, origin string) (cp *ledger.
 	}
 	return &ledger.SignedCheckpoint{Checkpoint: c, Note: raw}, "", nil
 }
+
+// FindingKinds are the kinds a peer check reports.
+func (c *PeerCheck) FindingKinds() []string {
+	return []string{ledger.IntegrityFork, ledger.IntegrityPeerCheckpointBad, IntegrityPeerRollback}
+}

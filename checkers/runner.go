@@ -214,7 +214,11 @@ func (r *Runner) Register(c Checker, s Schedule) error {
 	r.jobs[name] = j
 	r.names = append(r.names, name)
 	sort.Strings(r.names)
-	r.m.register(name, s, &j.rec)
+	ks := kinds
+	if k, ok := c.(FindingKinder); ok {
+		ks = k.FindingKinds()
+	}
+	r.m.register(name, s, &j.rec, ks)
 	return nil
 }
 

@@ -23,7 +23,8 @@ type metrics struct {
 	kinds map[string]map[string]bool // kinds each checker's findings gauge has series for
 }
 
-// kinds are the finding kinds whose series exist (at 0) from the start.
+// kinds are the finding kinds whose series exist (at 0) from the start,
+// for a checker that does not say which kinds it reports (FindingKinds).
 var kinds = []string{ledger.IntegrityEntryMissing, ledger.IntegrityEntryCorrupt, ledger.IntegrityLeafMismatch,
 	ledger.IntegrityTileMismatch, ledger.IntegrityTileMissing, ledger.IntegrityRootMismatch,
 	ledger.IntegrityCheckpointBad, ledger.IntegrityRollback, ledger.IntegrityConsistencyBad}
@@ -58,14 +59,19 @@ func newMetrics() *metrics {
 	}
 }
 
-func (m *metrics) register(name string, s Schedule, rec *record) {
+func (m *metrics) register(name string, s Schedule, rec *record, ks []string) {
 	for _, r := range []string{ResultOK, ResultFindings, ResultError, ResultCanceled} {
 		m.runs.WithLabelValues(name, r)
 	}
 	m.entries.WithLabelValues(name)
-	for _, k := range kinds {
+	seen := map[string]bool{}
+	for _, k := range ks {
 		m.findingsTotal.WithLabelValues(name, k)
+		seen[k] = true
 	}
+	m.mu.Lock()
+	m.kinds[name] = seen
+	m.mu.Unlock()
 	m.interval.WithLabelValues(name).Set(s.Interval.Seconds())
 	m.update(name, rec)
 }
@@ -76,9 +82,6 @@ func (m *metrics) update(name string, rec *record) {
 	seen := m.kinds[name]
 	if seen == nil {
 		seen = map[string]bool{}
-		for _, k := range kinds {
-			seen[k] = true
-		}
 		m.kinds[name] = seen
 	}
 	for k := range rec.ByKind {

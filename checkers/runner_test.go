@@ -713,3 +713,37 @@ func TestRegisterErrors(t *testing.T) {
 		t.Errorf("unreadable record: %v", err)
 	}
 }
+
+// kindedChecker is a fakeChecker that declares its finding kinds.
+type kindedChecker struct {
+	*fakeChecker
+	kinds []string
+}
+
+func (k kindedChecker) FindingKinds() []string { return k.kinds }
+
+// TestMetricsDeclaredKinds: a checker that declares its kinds has a 0
+// series for each from registration, and none for the ledger's kinds; one
+// that does not gets the ledger's kinds.
+func TestMetricsDeclaredKinds(t *testing.T) {
+	t.Parallel()
+	r := NewRunner(&memKV{}, Options{Logger: quiet, Clock: newFakeClock()})
+	peers := kindedChecker{&fakeChecker{name: "peers", run: func(context.Context, Progress) error { return nil }},
+		[]string{ledger.IntegrityFork, IntegrityPeerRollback}}
+	plain := &fakeChecker{name: "plain", run: func(context.Context, Progress) error { return nil }}
+	for _, c := range []Checker{peers, plain} {
+		if err := r.Register(c, Schedule{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := gather(t, r)
+	for _, s := range []string{"checks_findings{peers,fork}", "checks_findings{peers,peer_rollback}",
+		"checks_findings_total{peers,fork}", "checks_findings{plain,leaf_mismatch}"} {
+		if v, ok := m[s]; !ok || v != 0 {
+			t.Errorf("%s = %v, %v; want a 0 series", s, v, ok)
+		}
+	}
+	if _, ok := m["checks_findings{peers,leaf_mismatch}"]; ok {
+		t.Error("a checker that declares its kinds has a series for a kind it never reports")
+	}
+}

@@ -19,6 +19,15 @@ import (
 
 // Config is auditd serve's configuration, read from a YAML file (--config)
 // and overridden by flags. These comments are its reference.
+//
+// Every string the file sets, anywhere in it (webhook headers, tokens,
+// Kafka credentials, peer URLs, paths ...), follows one rule for the
+// environment: ${NAME} is replaced by the variable NAME, and an unset NAME
+// is an error naming it and the field (config FILE: webhooks[0].headers.
+// Authorization: TOKEN is not set); a variable set to "" is taken as
+// given. $NAME without braces, $$ and a lone $ stay as they are. Derivation
+// spec files follow the same rule for their stores. Flags and the
+// AUDITD_* variables are taken as given.
 type Config struct {
 	// DataDir holds the ledger (a Pebble database) and, unless KeyFile says
 	// otherwise, the signing key. Default ./auditd-data.
@@ -195,7 +204,8 @@ type WebhookConfig struct {
 	// URL receives POSTs of Alertmanager webhook messages.
 	URL string `yaml:"url"`
 	// Headers are added to each request; ${VAR} is expanded from the
-	// environment (for example Authorization: Bearer ${TOKEN}).
+	// environment as everywhere in the file (for example Authorization:
+	// Bearer ${TOKEN}; an unset TOKEN is an error, see Config).
 	Headers map[string]string `yaml:"headers"`
 	// Timeout bounds one request (default 10s); MaxRetries bounds retries
 	// of network errors, 5xx and 429 (default 5), with exponential backoff.
@@ -233,6 +243,9 @@ func loadConfig(path string) (Config, error) {
 			return c, fmt.Errorf("config %s: %w", path, err)
 		}
 		c.Checks.Invariants.file = path
+		if err := expandConfigEnv(&c); err != nil {
+			return c, fmt.Errorf("config %s: %w", path, err)
+		}
 		// An explicit instance_id: "" (dynamic membership) differs from
 		// none given (the derived default); the struct cannot tell them apart.
 		var given struct {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"os"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -31,7 +30,7 @@ func openAlerts(store *ledger.Store, cfg Config, logger *slog.Logger) (*alert.Ma
 		}
 		headers := map[string]string{}
 		for k, v := range w.Headers {
-			headers[k] = os.ExpandEnv(v)
+			headers[k] = v // ${VAR} expanded by loadConfig
 		}
 		wc := alert.WebhookConfig{Name: name, URL: w.URL, Headers: headers, Timeout: w.Timeout, MaxRetries: w.MaxRetries, ExternalURL: cfg.ExternalURL}
 		if err := wc.Validate(); err != nil {

@@ -29,17 +29,7 @@ const (
 	fsckError    = 2
 )
 
-func runFsck(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("fsck", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	dataDir := fs.String("data-dir", "", "the daemon's data directory (required; the daemon must not be running on it)")
-	only := fs.String("log", "", "check only this log")
-	jsonOut := fs.Bool("json", false, "print one JSON object with the findings on stdout")
-	keyFile := fs.String("key-file", "", "the checkpoint signing key whose verifier checks the checkpoints (default DATA-DIR/auditd.key; read, never created)")
-	vkey := fs.String("verifier-key", "", "check checkpoints with this verifier key (NAME+HASH+KEY, or @FILE) instead of the key file's")
-	quiet := fs.Bool("quiet", false, "no progress on stderr")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, `Usage: auditd fsck --data-dir DIR [--log NAME] [--json] [flags]
+const fsckUsage = `Usage: auditd fsck --data-dir DIR [--log NAME] [--json] [flags]
 
 Checks a stopped daemon's ledger offline, trusting nothing it stored: the
 scrub re-reads every entry and payload, recomputes their leaf hashes,
@@ -55,7 +45,26 @@ Exit status:
   1  findings
   2  fsck could not run (no store, the daemon holds it, unreadable storage, bad key)
 
-`)
+`
+
+// fsckFlags are auditd fsck's flags.
+type fsckFlags struct {
+	dataDir, only, keyFile, vkey string
+	jsonOut, quiet               bool
+}
+
+func runFsck(args []string, stdout, stderr io.Writer) int {
+	var f fsckFlags
+	fs := flag.NewFlagSet("fsck", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.dataDir, "data-dir", "", "the daemon's data directory (required; the daemon must not be running on it)")
+	fs.StringVar(&f.only, "log", "", "check only this log")
+	fs.BoolVar(&f.jsonOut, "json", false, "print one JSON object with the findings on stdout")
+	fs.StringVar(&f.keyFile, "key-file", "", "the checkpoint signing key whose verifier checks the checkpoints (default DATA-DIR/auditd.key; read, never created)")
+	fs.StringVar(&f.vkey, "verifier-key", "", "check checkpoints with this verifier key (NAME+HASH+KEY, or @FILE) instead of the key file's")
+	fs.BoolVar(&f.quiet, "quiet", false, "no progress on stderr")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, fsckUsage)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -68,46 +77,31 @@ Exit status:
 		fmt.Fprintf(stderr, "auditd fsck: "+format+"\n", a...)
 		return fsckError
 	}
-	if *dataDir == "" || fs.NArg() > 0 {
+	if f.dataDir == "" || fs.NArg() > 0 {
 		fs.Usage()
 		return fail("--data-dir is required and there are no arguments")
 	}
-	v, err := fsckVerifier(*dataDir, *keyFile, *vkey)
+	v, err := fsckVerifier(f.dataDir, f.keyFile, f.vkey)
 	if err != nil {
 		return fail("%v", err)
 	}
-	if _, err := os.Stat(*dataDir); err != nil {
+	if _, err := os.Stat(f.dataDir); err != nil {
 		return fail("data dir: %v", err)
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	rs, err := ledger.OpenRaw(*dataDir, ledger.WithLogger(logger), ledger.WithCacheSize(256<<20))
+	rs, err := ledger.OpenRaw(f.dataDir, ledger.WithLogger(logger), ledger.WithCacheSize(256<<20))
 	if err != nil {
 		return fail("%v (is the daemon running on it?)", err)
 	}
 	defer rs.Close()
-	var src checkers.Source = checkers.RawSource(rs)
-	logs, err := rs.Logs()
+	src, logs, total, err := fsckSource(rs, f.only, f.dataDir)
 	if err != nil {
-		return fail("list logs: %v", err)
+		return fail("%v", err)
 	}
-	if *only != "" {
-		if !containsString(logs, *only) {
-			return fail("no log %q in %s", *only, *dataDir)
-		}
-		src, logs = checkers.OnlyLog(src, *only), []string{*only}
-	}
-	var total uint64
-	for _, name := range logs {
-		if l, err := rs.Log(name); err == nil {
-			total += l.Size()
-			l.Close()
-		}
-	}
-
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
-	p := &fsckProgress{w: stderr, total: total, bar: !*quiet && isTerminal(stderr), plain: !*quiet && !isTerminal(stderr), start: start, lastLine: start}
+	p := &fsckProgress{w: stderr, total: total, bar: !f.quiet && isTerminal(stderr), plain: !f.quiet && !isTerminal(stderr), start: start, lastLine: start}
 	var runErr error
 	for _, c := range []checkers.Checker{checkers.NewScrub(src, v), checkers.NewCheckpointAudit(src, v)} {
 		p.check = c.Name()
@@ -118,40 +112,11 @@ Exit status:
 	}
 	p.finish()
 	elapsed := time.Since(start)
-
-	if *jsonOut {
-		type jsonFinding struct {
-			Check string `json:"check"`
-			checkers.Finding
-		}
-		out := struct {
-			Findings        []jsonFinding `json:"findings"`
-			Logs            []string      `json:"logs"`
-			Entries         uint64        `json:"entries"`
-			DurationSeconds float64       `json:"duration_seconds"`
-			Error           string        `json:"error,omitempty"`
-		}{Findings: []jsonFinding{}, Logs: logs, Entries: p.entries, DurationSeconds: elapsed.Seconds()}
-		if out.Logs == nil {
-			out.Logs = []string{}
-		}
-		for _, f := range p.findings {
-			out.Findings = append(out.Findings, jsonFinding{f.check, f.Finding})
-		}
-		if runErr != nil {
-			out.Error = runErr.Error()
-		}
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(out)
-	} else {
-		for _, f := range p.findings {
-			fmt.Fprintf(stdout, "%s: %s\n", f.check, f.Finding)
-		}
-	}
+	fsckPrint(stdout, f.jsonOut, p, logs, elapsed, runErr)
 	if runErr != nil {
 		return fail("%v", runErr)
 	}
-	if !*quiet {
+	if !f.quiet {
 		fmt.Fprintf(stderr, "auditd fsck: %d logs, %d entries in %.1fs (%.0f entries/s): %d findings\n",
 			len(logs), p.entries, elapsed.Seconds(), float64(p.entries)/max(elapsed.Seconds(), 1e-9), len(p.findings))
 	}
@@ -159,6 +124,64 @@ Exit status:
 		return fsckFindings
 	}
 	return fsckClean
+}
+
+// fsckSource is what fsck checks of rs: every log, or only the one named,
+// with the number of entries they hold.
+func fsckSource(rs *ledger.RawStore, only, dataDir string) (checkers.Source, []string, uint64, error) {
+	var src checkers.Source = checkers.RawSource(rs)
+	logs, err := rs.Logs()
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("list logs: %w", err)
+	}
+	if only != "" {
+		if !containsString(logs, only) {
+			return nil, nil, 0, fmt.Errorf("no log %q in %s", only, dataDir)
+		}
+		src, logs = checkers.OnlyLog(src, only), []string{only}
+	}
+	var total uint64
+	for _, name := range logs {
+		if l, err := rs.Log(name); err == nil {
+			total += l.Size()
+			l.Close()
+		}
+	}
+	return src, logs, total, nil
+}
+
+// fsckPrint prints the findings on stdout: one line each, or one JSON
+// object with the run's figures.
+func fsckPrint(stdout io.Writer, asJSON bool, p *fsckProgress, logs []string, elapsed time.Duration, runErr error) {
+	if !asJSON {
+		for _, f := range p.findings {
+			fmt.Fprintf(stdout, "%s: %s\n", f.check, f.Finding)
+		}
+		return
+	}
+	type jsonFinding struct {
+		Check string `json:"check"`
+		checkers.Finding
+	}
+	out := struct {
+		Findings        []jsonFinding `json:"findings"`
+		Logs            []string      `json:"logs"`
+		Entries         uint64        `json:"entries"`
+		DurationSeconds float64       `json:"duration_seconds"`
+		Error           string        `json:"error,omitempty"`
+	}{Findings: []jsonFinding{}, Logs: logs, Entries: p.entries, DurationSeconds: elapsed.Seconds()}
+	if out.Logs == nil {
+		out.Logs = []string{}
+	}
+	for _, f := range p.findings {
+		out.Findings = append(out.Findings, jsonFinding{f.check, f.Finding})
+	}
+	if runErr != nil {
+		out.Error = runErr.Error()
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	enc.Encode(out)
 }
 
 // fsckVerifier returns the verifier of the checkpoints: from --verifier-key,

@@ -28,6 +28,7 @@ import (
 
 	"github.com/auditd/auditd/checkers"
 	"github.com/auditd/auditd/ingest"
+	"github.com/auditd/auditd/internal/loadtest"
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/merkle"
 )
@@ -276,7 +277,7 @@ func (pp *paymentProducer) produce(ctx context.Context, n int) {
 			v := fmt.Appendf(nil, `{"n":%d,"type":"transfer","from":"acct-%d","to":"acct-%d","amount":%d,"currency":"EUR","memo":"`,
 				i, acct, rng.IntN(500), 1+rng.IntN(100_000))
 			for len(v) < 198 {
-				v = append(v, alnum[rng.IntN(len(alnum))])
+				v = append(v, loadtest.Alnum[rng.IntN(len(loadtest.Alnum))])
 			}
 			r.Value = append(v, '"', '}')
 		}

@@ -1,6 +1,7 @@
 // Command auditd is the auditd daemon and its tools: serve the ledger and
 // proof API, generate signing keys, prove an event's inclusion against a
-// running server, and measure throughput.
+// running server, check derived views and a stopped ledger. The load
+// generators are a separate command, cmd/auditd-bench.
 package main
 
 import (
@@ -18,7 +19,7 @@ Usage:
   auditd prove   [flags]   verify an event's inclusion against a running server
   auditd verify  [flags]   check derived views against the ledger once (for CI)
   auditd fsck    [flags]   check a stopped daemon's ledger offline (scrub, checkpoint audit)
-  auditd bench   [flags]   measure append, checkpoint and proof performance
+  auditd bench             moved: go run ./cmd/auditd-bench <mode> (load generators, not in this binary)
   auditd version           print the version
 
 Run "auditd <command> -h" for a command's flags.

@@ -15,24 +15,7 @@ import (
 	"github.com/auditd/auditd/client"
 )
 
-// runProve verifies an event's inclusion against a running server. Exit
-// codes: 0 verified, 1 a check failed, 2 usage or network error.
-func runProve(args []string, stdout, stderr io.Writer) int {
-	fset := flag.NewFlagSet("prove", flag.ContinueOnError)
-	fset.SetOutput(stderr)
-	server := fset.String("server", "http://127.0.0.1:8080", "auditd server URL")
-	log := fset.String("log", "", "log name (required)")
-	id := fset.String("id", "", "event id to prove")
-	index := fset.Int64("index", -1, "entry index to prove (instead of -id)")
-	vkey := fset.String("verifier-key", "", "checkpoint verifier key (NAME+HASH+KEY)")
-	vkeyFile := fset.String("verifier-key-file", "", "file holding the verifier key")
-	prev := fset.String("previous-checkpoint", "", "a checkpoint saved earlier: also prove the log only grew since")
-	save := fset.String("save-checkpoint", "", "write the verified checkpoint to this file")
-	token := fset.String("token", os.Getenv("AUDITD_READ_TOKEN"), "bearer token if the server protects reads")
-	timeout := fset.Duration("timeout", 30*time.Second, "overall time limit")
-	wp := bindWitnessPolicyFlags(fset) // witness.go
-	fset.Usage = func() {
-		fmt.Fprintf(stderr, `Usage: auditd prove -log LOG (-id ID | -index N) (-verifier-key KEY | -verifier-key-file F) [flags]
+const proveUsage = `Usage: auditd prove -log LOG (-id ID | -index N) (-verifier-key KEY | -verifier-key-file F) [flags]
 
 Fetches the log's checkpoint and verifies its signature, fetches the entry,
 recomputes its leaf hash from its fields, and verifies its inclusion proof
@@ -40,7 +23,43 @@ against the checkpoint. With -previous-checkpoint it also verifies that the
 log is consistent with (only grew from) that earlier checkpoint.
 Exit status: 0 verified, 1 a check failed, 2 usage or network error.
 
-`)
+`
+
+// proveFlags are auditd prove's flags.
+type proveFlags struct {
+	server, log, id, vkey, vkeyFile, prev, save, token string
+	index                                              int64
+	timeout                                            time.Duration
+	wp                                                 witnessPolicyFlags // witness.go
+}
+
+// proveFailure is a prove that did not verify, with its exit code.
+type proveFailure struct {
+	code int
+	err  error
+}
+
+func (f proveFailure) Error() string { return f.err.Error() }
+
+// runProve verifies an event's inclusion against a running server. Exit
+// codes: 0 verified, 1 a check failed, 2 usage or network error.
+func runProve(args []string, stdout, stderr io.Writer) int {
+	var f proveFlags
+	fset := flag.NewFlagSet("prove", flag.ContinueOnError)
+	fset.SetOutput(stderr)
+	fset.StringVar(&f.server, "server", "http://127.0.0.1:8080", "auditd server URL")
+	fset.StringVar(&f.log, "log", "", "log name (required)")
+	fset.StringVar(&f.id, "id", "", "event id to prove")
+	fset.Int64Var(&f.index, "index", -1, "entry index to prove (instead of -id)")
+	fset.StringVar(&f.vkey, "verifier-key", "", "checkpoint verifier key (NAME+HASH+KEY)")
+	fset.StringVar(&f.vkeyFile, "verifier-key-file", "", "file holding the verifier key")
+	fset.StringVar(&f.prev, "previous-checkpoint", "", "a checkpoint saved earlier: also prove the log only grew since")
+	fset.StringVar(&f.save, "save-checkpoint", "", "write the verified checkpoint to this file")
+	fset.StringVar(&f.token, "token", os.Getenv("AUDITD_READ_TOKEN"), "bearer token if the server protects reads")
+	fset.DurationVar(&f.timeout, "timeout", 30*time.Second, "overall time limit")
+	bindWitnessPolicyFlags(fset, &f.wp)
+	fset.Usage = func() {
+		fmt.Fprint(stderr, proveUsage)
 		fset.PrintDefaults()
 	}
 	if err := fset.Parse(args); err != nil {
@@ -49,80 +68,102 @@ Exit status: 0 verified, 1 a check failed, 2 usage or network error.
 		}
 		return 2
 	}
-	fail := func(code int, format string, a ...any) int {
-		fmt.Fprintf(stderr, "auditd prove: "+format+"\n", a...)
-		return code
+	if err := prove(f, stdout); err != nil {
+		var pf proveFailure
+		if !errors.As(err, &pf) {
+			pf = proveFailure{2, err}
+		}
+		if pf.code == 1 {
+			fmt.Fprintf(stderr, "auditd prove: FAILED: %v\n", pf.err)
+		} else {
+			fmt.Fprintf(stderr, "auditd prove: %v\n", pf.err)
+		}
+		return pf.code
 	}
-	if *log == "" || (*id == "") == (*index < 0) {
-		return fail(2, "need -log and exactly one of -id or -index")
-	}
-	key := *vkey
-	if *vkeyFile != "" {
-		b, err := os.ReadFile(*vkeyFile)
+	return 0
+}
+
+// proveKey is the verifier of -verifier-key or -verifier-key-file.
+func proveKey(f proveFlags) (note.Verifier, error) {
+	key := f.vkey
+	if f.vkeyFile != "" {
+		b, err := os.ReadFile(f.vkeyFile)
 		if err != nil {
-			return fail(2, "%v", err)
+			return nil, err
 		}
 		key = strings.TrimSpace(string(b))
 	}
 	if key == "" {
-		return fail(2, "need -verifier-key or -verifier-key-file: the key must come from a source you trust, not from the server")
+		return nil, errors.New("need -verifier-key or -verifier-key-file: the key must come from a source you trust, not from the server")
 	}
 	v, err := note.NewVerifier(key)
 	if err != nil {
-		return fail(2, "verifier key: %v", err)
+		return nil, fmt.Errorf("verifier key: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-	defer cancel()
-	wopts, err := wp.options()
-	if err != nil {
-		return fail(2, "%v", err)
-	}
-	c := client.New(*server, v, wopts...).WithToken(*token)
-	code := func(err error) int {
-		if errors.Is(err, client.ErrVerification) {
-			return fail(1, "FAILED: %v", err)
-		}
-		return fail(2, "%v", err)
-	}
+	return v, nil
+}
 
-	cp, signed, err := c.Checkpoint(ctx, *log)
-	if err != nil {
-		return code(err)
+// prove runs the checks, printing each one verified; a check that failed
+// is a proveFailure of code 1, anything else (usage, network) code 2.
+func prove(f proveFlags, stdout io.Writer) error {
+	if f.log == "" || (f.id == "") == (f.index < 0) {
+		return errors.New("need -log and exactly one of -id or -index")
 	}
-	fmt.Fprintf(stdout, "checkpoint  %s  size %d  root %s  signature OK (%s)\n", c.Origin(*log), cp.Size, cp.Root, v.Name())
+	v, err := proveKey(f)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
+	defer cancel()
+	wopts, err := f.wp.options()
+	if err != nil {
+		return err
+	}
+	c := client.New(f.server, v, wopts...).WithToken(f.token)
+	checked := func(err error) error {
+		if errors.Is(err, client.ErrVerification) {
+			return proveFailure{1, err}
+		}
+		return err
+	}
+	cp, signed, err := c.Checkpoint(ctx, f.log)
+	if err != nil {
+		return checked(err)
+	}
+	fmt.Fprintf(stdout, "checkpoint  %s  size %d  root %s  signature OK (%s)\n", c.Origin(f.log), cp.Size, cp.Root, v.Name())
 	var e *client.Entry
-	if *id != "" {
-		e, err = c.EntryByID(ctx, *log, *id)
+	if f.id != "" {
+		e, err = c.EntryByID(ctx, f.log, f.id)
 	} else {
-		e, err = c.Entry(ctx, *log, uint64(*index))
+		e, err = c.Entry(ctx, f.log, uint64(f.index))
 	}
 	if err != nil {
-		return code(err)
+		return checked(err)
 	}
-	if err := c.ProveEntry(ctx, *log, e, cp); err != nil {
-		return code(err)
+	if err := c.ProveEntry(ctx, f.log, e, cp); err != nil {
+		return checked(err)
 	}
 	fmt.Fprintf(stdout, "entry       index %d  id %q  leaf %s  recomputed from its fields OK\n", e.Index, e.ID, e.LeafHash)
 	fmt.Fprintf(stdout, "inclusion   index %d in tree of size %d  OK\n", e.Index, cp.Size)
-	if *prev != "" {
-		b, err := os.ReadFile(*prev)
+	if f.prev != "" {
+		b, err := os.ReadFile(f.prev)
 		if err != nil {
-			return fail(2, "%v", err)
+			return err
 		}
-		old, err := c.OpenCheckpoint(b, *log)
+		old, err := c.OpenCheckpoint(b, f.log)
 		if err != nil {
-			return code(err)
+			return checked(err)
 		}
-		if err := c.ProveConsistency(ctx, *log, old, cp); err != nil {
-			return code(err)
+		if err := c.ProveConsistency(ctx, f.log, old, cp); err != nil {
+			return checked(err)
 		}
 		fmt.Fprintf(stdout, "consistency size %d -> %d  OK\n", old.Size, cp.Size)
 	}
-	if *save != "" {
-		if err := os.WriteFile(*save, signed, 0o644); err != nil {
-			return fail(2, "%v", err)
+	if f.save != "" {
+		if err := os.WriteFile(f.save, signed, 0o644); err != nil {
+			return err
 		}
 	}
 	fmt.Fprintln(stdout, "VERIFIED")
-	return 0
+	return nil
 }

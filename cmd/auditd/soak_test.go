@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/auditd/auditd/internal/loadtest"
 )
 
 // The soak's limits, passed to the daemon; the bounds it asserts follow.
@@ -196,12 +198,12 @@ func TestSoak(t *testing.T) {
 	go func() { // RSS sampler
 		defer wg.Done()
 		for time.Now().Before(deadline.Add(soakBodyTimeout)) {
-			peakRSS.Store(max(peakRSS.Load(), pidStatusKB(pid, "VmRSS")))
+			peakRSS.Store(max(peakRSS.Load(), loadtest.PidStatusKB(pid, "VmRSS")))
 			time.Sleep(200 * time.Millisecond)
 		}
 	}()
 	wg.Wait()
-	hwm := max(pidStatusKB(pid, "VmHWM"), peakRSS.Load())
+	hwm := max(loadtest.PidStatusKB(pid, "VmHWM"), peakRSS.Load())
 	t.Logf("soak %v: %d acknowledged writes, %d slow bodies timed out (408), %d reads; longest acknowledged write %v; peak RSS %d MiB (bound %d MiB)",
 		dur, writes.Load(), timeouts.Load(), reads.Load(), maxWait.Round(time.Millisecond), hwm>>20, soakRSSBound>>20)
 	if hwm > soakRSSBound {

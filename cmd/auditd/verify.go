@@ -32,24 +32,17 @@ const (
 	exitVerification = 3
 )
 
-func runVerify(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	config := fs.String("config", "", "derivation spec file (YAML, `derivations:`), required")
-	dataDir := fs.String("data-dir", "", "verify against the ledger in this data dir (the daemon must not be running on it)")
-	server := fs.String("server", "", "verify against a remote auditd at this URL")
-	vkey := fs.String("verifier-key", "", "checkpoint verifier key of the remote auditd (NAME+HASH+KEY), or @FILE")
-	token := fs.String("token", os.Getenv("AUDITD_READ_TOKEN"), "bearer token if the server protects reads")
-	only := fs.String("only", "", "run only these derivations (comma-separated names)")
-	jsonOut := fs.String("json", "", "write the reports as JSON to this file")
-	junitOut := fs.String("junit", "", "write a JUnit XML report to this file")
-	mdOut := fs.String("markdown", "", "write a Markdown summary (for a pull-request comment) to this file")
-	workers := fs.Int("workers", 0, "fold workers (default: the number of CPUs)")
-	timeout := fs.Duration("timeout", 30*time.Minute, "overall time limit")
-	quiet := fs.Bool("quiet", false, "no progress bar and no logs on stderr")
-	wp := bindWitnessPolicyFlags(fs) // witness.go; with --server only
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, `Usage: auditd verify --config FILE (--data-dir DIR | --server URL --verifier-key KEY) [flags]
+// verifyFlags are auditd verify's flags.
+type verifyFlags struct {
+	config, dataDir, server, vkey, token, only string
+	jsonOut, junitOut, mdOut                   string
+	workers                                    int
+	timeout                                    time.Duration
+	quiet                                      bool
+	wp                                         witnessPolicyFlags // witness.go
+}
+
+const verifyUsage = `Usage: auditd verify --config FILE (--data-dir DIR | --server URL --verifier-key KEY) [flags]
 
 Runs each configured derivation once over the ledger, compares the result
 with its derived store, and reports drift with the ledger entries and
@@ -63,32 +56,107 @@ Exit status:
   2  configuration or runtime error (bad spec, store unreachable, ...)
   3  ledger verification failure (a signature, leaf or proof did not check)
 
-`)
+`
+
+// parseVerifyFlags parses args; help is true after -h. A flag the flag
+// package refused (and printed) is a usageError.
+func parseVerifyFlags(args []string, stderr io.Writer) (f verifyFlags, help bool, err error) {
+	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.config, "config", "", "derivation spec file (YAML, `derivations:`), required")
+	fs.StringVar(&f.dataDir, "data-dir", "", "verify against the ledger in this data dir (the daemon must not be running on it)")
+	fs.StringVar(&f.server, "server", "", "verify against a remote auditd at this URL")
+	fs.StringVar(&f.vkey, "verifier-key", "", "checkpoint verifier key of the remote auditd (NAME+HASH+KEY), or @FILE")
+	fs.StringVar(&f.token, "token", os.Getenv("AUDITD_READ_TOKEN"), "bearer token if the server protects reads")
+	fs.StringVar(&f.only, "only", "", "run only these derivations (comma-separated names)")
+	fs.StringVar(&f.jsonOut, "json", "", "write the reports as JSON to this file")
+	fs.StringVar(&f.junitOut, "junit", "", "write a JUnit XML report to this file")
+	fs.StringVar(&f.mdOut, "markdown", "", "write a Markdown summary (for a pull-request comment) to this file")
+	fs.IntVar(&f.workers, "workers", 0, "fold workers (default: the number of CPUs)")
+	fs.DurationVar(&f.timeout, "timeout", 30*time.Minute, "overall time limit")
+	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar and no logs on stderr")
+	bindWitnessPolicyFlags(fs, &f.wp) // witness.go; with --server only
+	fs.Usage = func() {
+		fmt.Fprint(stderr, verifyUsage)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitClean
-		}
-		return exitError
+		return f, errors.Is(err, flag.ErrHelp), usageError{err}
+	}
+	if f.config == "" {
+		return f, false, errors.New("--config is required")
+	}
+	if (f.dataDir == "") == (f.server == "") {
+		return f, false, errors.New("give exactly one of --data-dir and --server")
+	}
+	return f, false, nil
+}
+
+func runVerify(args []string, stdout, stderr io.Writer) int {
+	f, help, err := parseVerifyFlags(args, stderr)
+	if help {
+		return exitClean
 	}
 	fail := func(code int, format string, a ...any) int {
 		fmt.Fprintf(stderr, "auditd verify: "+format+"\n", a...)
 		return code
 	}
-	if *config == "" {
-		return fail(exitError, "--config is required")
+	var printed usageError
+	if errors.As(err, &printed) {
+		return exitError
 	}
-	if (*dataDir == "") == (*server == "") {
-		return fail(exitError, "give exactly one of --data-dir and --server")
-	}
-	specs, err := spec.Load(*config)
 	if err != nil {
 		return fail(exitError, "%v", err)
 	}
+	jobs, err := verifyJobs(f.config, f.only)
+	if err != nil {
+		return fail(exitError, "%v", err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+
+	logger := slog.New(slog.DiscardHandler)
+	if !f.quiet {
+		logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	lg, closeLedger, err := verifyLedger(f, logger)
+	if err != nil {
+		return fail(exitError, "%v", err)
+	}
+	defer closeLedger()
+	bar := newProgressBar(stderr, !f.quiet && isTerminal(stderr))
+	runner := rederive.NewRunner(lg, rederive.WithWorkers(f.workers), rederive.WithLogger(logger), rederive.WithNoMatchIsError(),
+		rederive.WithProgress(bar.update))
+	var reports []*rederive.Report
+	for _, j := range jobs {
+		rep, err := runner.Run(ctx, j, true)
+		bar.done()
+		if err != nil {
+			return fail(exitError, "%s: %v", j.Derivation.Name(), err)
+		}
+		reports = append(reports, rep)
+	}
+	if err := rederive.WriteTable(stdout, reports); err != nil {
+		return fail(exitError, "%v", err)
+	}
+	if err := writeVerifyReports(f, reports); err != nil {
+		return fail(exitError, "writing a report: %v", err)
+	}
+	return exitCode(reports)
+}
+
+// verifyJobs compiles the derivations of the spec file config, only those
+// named in only (comma-separated) if it is not empty.
+func verifyJobs(config, only string) ([]rederive.Job, error) {
+	specs, err := spec.Load(config)
+	if err != nil {
+		return nil, err
+	}
 	var jobs []rederive.Job
 	want := map[string]bool{}
-	for _, n := range strings.Split(*only, ",") {
+	for _, n := range strings.Split(only, ",") {
 		if n = strings.TrimSpace(n); n != "" {
 			want[n] = true
 		}
@@ -101,79 +169,59 @@ Exit status:
 		found[s.Name] = true
 		d, err := spec.Compile(s)
 		if err != nil {
-			return fail(exitError, "%v", err)
+			return nil, err
 		}
 		jobs = append(jobs, rederive.Job{Spec: s, Derivation: d})
 	}
 	for n := range want {
 		if !found[n] {
-			return fail(exitError, "--only: no derivation %q in %s", n, *config)
+			return nil, fmt.Errorf("--only: no derivation %q in %s", n, config)
 		}
 	}
 	if len(jobs) == 0 {
-		return fail(exitError, "%s declares no derivations", *config)
+		return nil, fmt.Errorf("%s declares no derivations", config)
 	}
+	return jobs, nil
+}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
+// verifyLedger is the ledger verify reads: the remote server's, checked
+// against the verifier key, or the data dir's.
+func verifyLedger(f verifyFlags, logger *slog.Logger) (rederive.Ledger, func(), error) {
+	wopts, err := f.wp.options()
+	if err == nil && f.server == "" && len(wopts) > 0 {
+		err = errors.New("--witness-key needs --server: a data dir holds no cosignatures")
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if f.server == "" {
+		store, err := openLedgerForVerify(f.dataDir, logger)
+		if err != nil {
+			return nil, nil, err
+		}
+		return rederive.LocalLedger{Store: store}, func() { store.Close() }, nil
+	}
+	key := f.vkey
+	if strings.HasPrefix(key, "@") {
+		b, err := os.ReadFile(key[1:])
+		if err != nil {
+			return nil, nil, fmt.Errorf("verifier key: %w", err)
+		}
+		key = strings.TrimSpace(string(b))
+	}
+	if key == "" {
+		return nil, nil, errors.New("--verifier-key is required with --server: the key must come from a source you trust, not from the server")
+	}
+	v, err := note.NewVerifier(key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("verifier key: %w", err)
+	}
+	return &rederive.RemoteLedger{Client: client.New(strings.TrimRight(f.server, "/"), v, wopts...).WithToken(f.token)}, func() {}, nil
+}
 
-	logger := slog.New(slog.DiscardHandler)
-	if !*quiet {
-		logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	}
-	var lg rederive.Ledger
-	if *server != "" {
-		key := *vkey
-		if strings.HasPrefix(key, "@") {
-			b, err := os.ReadFile(key[1:])
-			if err != nil {
-				return fail(exitError, "verifier key: %v", err)
-			}
-			key = strings.TrimSpace(string(b))
-		}
-		if key == "" {
-			return fail(exitError, "--verifier-key is required with --server: the key must come from a source you trust, not from the server")
-		}
-		v, err := note.NewVerifier(key)
-		if err != nil {
-			return fail(exitError, "verifier key: %v", err)
-		}
-		wopts, err := wp.options()
-		if err != nil {
-			return fail(exitError, "%v", err)
-		}
-		lg = &rederive.RemoteLedger{Client: client.New(strings.TrimRight(*server, "/"), v, wopts...).WithToken(*token)}
-	} else {
-		if len(wp.keys) > 0 {
-			return fail(exitError, "--witness-key needs --server: a data dir holds no cosignatures")
-		}
-		store, err := openLedgerForVerify(*dataDir, logger)
-		if err != nil {
-			return fail(exitError, "%v", err)
-		}
-		defer store.Close()
-		lg = rederive.LocalLedger{Store: store}
-	}
-
-	bar := newProgressBar(stderr, !*quiet && isTerminal(stderr))
-	runner := rederive.NewRunner(lg, rederive.WithWorkers(*workers), rederive.WithLogger(logger), rederive.WithNoMatchIsError(),
-		rederive.WithProgress(bar.update))
-	var reports []*rederive.Report
-	for _, j := range jobs {
-		rep, err := runner.Run(ctx, j, true)
-		bar.done()
-		if err != nil {
-			return fail(exitError, "%s: %v", j.Derivation.Name(), err)
-		}
-		reports = append(reports, rep)
-	}
-
-	if err := rederive.WriteTable(stdout, reports); err != nil {
-		return fail(exitError, "%v", err)
-	}
-	write := func(path string, f func(io.Writer) error) error {
+// writeVerifyReports writes the JSON, JUnit and Markdown reports asked for.
+func writeVerifyReports(f verifyFlags, reports []*rederive.Report) error {
+	write := func(path string, fn func(io.Writer) error) error {
 		if path == "" {
 			return nil
 		}
@@ -184,24 +232,21 @@ Exit status:
 		if err != nil {
 			return err
 		}
-		if err := f(out); err != nil {
+		if err := fn(out); err != nil {
 			out.Close()
 			return err
 		}
 		return out.Close()
 	}
-	if err := errors.Join(
-		write(*jsonOut, func(w io.Writer) error {
+	return errors.Join(
+		write(f.jsonOut, func(w io.Writer) error {
 			enc := json.NewEncoder(w)
 			enc.SetIndent("", "  ")
 			return enc.Encode(map[string]any{"reports": reports, "exit_code": exitCode(reports)})
 		}),
-		write(*junitOut, func(w io.Writer) error { return rederive.WriteJUnit(w, reports) }),
-		write(*mdOut, func(w io.Writer) error { return rederive.WriteMarkdown(w, reports) }),
-	); err != nil {
-		return fail(exitError, "writing a report: %v", err)
-	}
-	return exitCode(reports)
+		write(f.junitOut, func(w io.Writer) error { return rederive.WriteJUnit(w, reports) }),
+		write(f.mdOut, func(w io.Writer) error { return rederive.WriteMarkdown(w, reports) }),
+	)
 }
 
 // exitCode is the most serious outcome of the reports: a verification

@@ -57,9 +57,19 @@ type WitnessEndpoint struct {
 	VerifierKey string `yaml:"verifier_key"`
 }
 
-// startWitnessing sets up both witness roles the config asks for: the
-// add-checkpoint endpoint and the submitter of this auditd's checkpoints.
-// stop ends the submitter; call it before the ledger closes.
+// startWitnessing sets up both witness roles the config asks for, filling
+// in the API's options; the submitter stops before the ledger closes.
+func (d *instance) startWitnessing() error {
+	stop, err := startWitnessing(d.store, d.cfg, d.key.signer.Name(), &d.opts, d.metrics, d.log)
+	if err != nil {
+		return err
+	}
+	d.onStop("stopping the witness submissions", stop)
+	return nil
+}
+
+// startWitnessing sets up the add-checkpoint endpoint and the submitter of
+// this auditd's checkpoints. stop ends the submitter.
 func startWitnessing(store *ledger.Store, cfg Config, keyName string, opts *api.Options, reg prometheus.Registerer, logger *slog.Logger) (stop func(), err error) {
 	wc := cfg.Witness
 	stop = func() {}
@@ -193,8 +203,7 @@ type witnessPolicyFlags struct {
 	threshold int
 }
 
-func bindWitnessPolicyFlags(fs *flag.FlagSet) *witnessPolicyFlags {
-	f := &witnessPolicyFlags{}
+func bindWitnessPolicyFlags(fs *flag.FlagSet, f *witnessPolicyFlags) {
 	fs.Func("witness-key", "cosignature/v1 verifier key of a witness the checkpoint must be cosigned by (repeatable; @FILE reads it from a file)", func(s string) error {
 		if strings.HasPrefix(s, "@") {
 			b, err := os.ReadFile(s[1:])
@@ -207,7 +216,6 @@ func bindWitnessPolicyFlags(fs *flag.FlagSet) *witnessPolicyFlags {
 		return nil
 	})
 	fs.IntVar(&f.threshold, "witness-threshold", 0, "how many of the --witness-key witnesses must have cosigned (default: all)")
-	return f
 }
 
 // options returns the client option of the policy, if any was given.

@@ -95,12 +95,12 @@ func startWith(t *testing.T, cfg Config) daemonHandle {
 	return daemonHandle{}
 }
 
-type instance struct {
+type witnessInstance struct {
 	cfg              Config
 	name, vkey, wkey string // checkpoint key name, its verifier key, witness verifier key
 }
 
-func newInstance(t *testing.T) *instance {
+func newWitnessInstance(t *testing.T) *witnessInstance {
 	cfg := testConfig(t)
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		t.Fatal(err)
@@ -114,7 +114,7 @@ func newInstance(t *testing.T) *instance {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &instance{cfg: cfg, name: k.signer.Name(), vkey: k.vkey, wkey: w.VerifierKey()}
+	return &witnessInstance{cfg: cfg, name: k.signer.Name(), vkey: k.vkey, wkey: w.VerifierKey()}
 }
 
 // waitCosigned fetches log's checkpoint from url until it carries a
@@ -148,7 +148,7 @@ func waitCosigned(t *testing.T, url, log, wkey string) []byte {
 // under one naming a witness that did not cosign, and the log status
 // reports the witness.
 func TestTwoDaemonsWitnessEachOther(t *testing.T) {
-	a, b := newInstance(t), newInstance(t)
+	a, b := newWitnessInstance(t), newWitnessInstance(t)
 	b.cfg.Witness.Logs = []WitnessedLog{{Origin: a.name + "/payments", VerifierKey: a.vkey}}
 	bd := startWith(t, b.cfg)
 	a.cfg.Witness.Logs = []WitnessedLog{{Origin: b.name + "/orders", VerifierKey: b.vkey}}

@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
+	//DELETEME
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -21,11 +19,12 @@ import (
 
 	"github.com/auditd/auditd/api"
 	"github.com/auditd/auditd/client"
+	"github.com/auditd/auditd/internal/loadtest"
+	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/rederive"
-	"github.com/auditd/auditd/rederive/spec"
 )
 
-const benchVerifyUsage = `Usage: auditd bench verify -data-dir DIR [flags]
+const benchVerifyUsage = `Usage: auditd-bench verify -data-dir DIR [flags]
 
 Measures auditd verify --server: the derivation check of "auditd bench
 derive" (a sum of amounts by account over the log "payments", compared with
@@ -34,30 +33,27 @@ over HTTP and proves it against the signed checkpoint. The server is an
 auditd API on a loopback port in this process, over the ledger of a load
 made by
 
-  auditd bench derive -phase load -data-dir DIR -events N
+  auditd-bench derive -phase load -data-dir DIR -events N
 
 so the two share the CPUs; the run's time is the wall time of the check,
 -runs times, with the requests served by kind.
 
 `
 
-func benchVerify(args []string) error {
+func runVerify(args []string) error {
 	f := benchDeriveFlags{set: map[string]bool{}, phase: "verify"}
-	fs := flag.NewFlagSet("bench verify", flag.ContinueOnError)
-	fs.StringVar(&f.dir, "data-dir", "", "data directory of an \"auditd bench derive -phase load\"")
+	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
+	fs.StringVar(&f.dir, "data-dir", "", "data directory of an \"auditd-bench derive -phase load\"")
 	fs.StringVar(&f.pg, "pg", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "PostgreSQL DSN of the derived store")
 	fs.IntVar(&f.workers, "workers", 0, "Runner workers (0: GOMAXPROCS)")
 	runs := fs.Int("runs", 3, "runs of the check")
 	fs.StringVar(&f.jsonOut, "json", "", "also write the results as JSON to this file")
 	fs.Usage = func() { fmt.Fprint(fs.Output(), benchVerifyUsage); fs.PrintDefaults() }
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
+	if err := parseFlags(fs, args); err != nil {
+		return done(err)
 	}
 	if fs.NArg() > 0 || f.dir == "" || *runs < 1 {
-		return errors.New("bench verify: want -data-dir of a load, -runs at least 1, no arguments")
+		return errors.New("verify: want -data-dir of a load, -runs at least 1, no arguments")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -72,67 +68,35 @@ func benchVerify(args []string) error {
 		return err
 	}
 
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	var mu sync.Mutex
-	requests := map[string]int{}
-	srv := api.New(st, m.VerifierKey, api.Options{Logger: quiet})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	quiet := loadtest.Quiet()
+	url, requests, stopServer, err := countingServer(st, m.VerifierKey)
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		kind := r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]
-		if r.URL.Query().Has("start") {
-			kind = "entries range"
-		}
-		mu.Lock()
-		requests[kind]++
-		mu.Unlock()
-		srv.ServeHTTP(w, r)
-	}), ReadHeaderTimeout: 10 * time.Second}
-	go hs.Serve(ln)
-	defer hs.Close()
-	url := "http://" + ln.Addr().String()
-
-	dsn, _ := json.Marshal(f.pg)
-	specs, err := spec.Parse("bench-verify.yaml", fmt.Appendf(nil, deriveSpec, dsn))
+	defer stopServer()
+	job, err := deriveJob("bench-verify.yaml", f.pg)
 	if err != nil {
 		return err
 	}
-	d, err := spec.Compile(specs[0])
-	if err != nil {
-		return err
-	}
-	workers := f.workers
-	if workers == 0 {
-		workers = runtime.GOMAXPROCS(0)
-	}
+	workers := deriveWorkers(f.workers)
 	fmt.Printf("verify: %d events over HTTP from %s, %d workers, GOMAXPROCS %d\n", f.events, url, workers, runtime.GOMAXPROCS(0))
 	var times []float64
 	for i := range *runs {
-		mu.Lock()
-		clear(requests)
-		mu.Unlock()
+		requests.reset()
 		r := rederive.NewRunner(&rederive.RemoteLedger{Client: client.New(url, verifier)}, rederive.WithWorkers(workers), rederive.WithLogger(quiet))
-		la0, cpu0, t0 := deriveLoadAvg(), deriveCPU(), time.Now()
-		rep, err := r.Run(ctx, rederive.Job{Spec: specs[0], Derivation: d}, true)
-		took, cpu := time.Since(t0), deriveCPU()-cpu0
+		la0, cpu0, t0 := loadtest.LoadAvg(1), loadtest.CPUTime(), time.Now()
+		rep, err := r.Run(ctx, job, true)
+		took, cpu := time.Since(t0), loadtest.CPUTime()-cpu0
 		if err != nil {
 			return err
 		}
 		if rep.State != rederive.StateClean || rep.Events != uint64(f.events) {
-			return fmt.Errorf("bench verify: run %d is %s with %d events (%s: %s)", i+1, rep.State, rep.Events, rep.ErrorKind, rep.Error)
+			return fmt.Errorf("verify: run %d is %s with %d events (%s: %s)", i+1, rep.State, rep.Events, rep.ErrorKind, rep.Error)
 		}
-		mu.Lock()
-		var kinds []string
-		for k, n := range requests {
-			kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
-		}
-		mu.Unlock()
-		slices.Sort(kinds)
+		kinds := requests.kinds()
 		times = append(times, took.Seconds())
 		fmt.Printf("verify: run %d: %.2fs (%.0f events/s), %.2f CPU-s in the process (client and server), load average %s then %s; requests: %s\n",
-			i+1, took.Seconds(), float64(f.events)/took.Seconds(), cpu.Seconds(), la0, deriveLoadAvg(), strings.Join(kinds, ", "))
+			i+1, took.Seconds(), float64(f.events)/took.Seconds(), cpu.Seconds(), la0, loadtest.LoadAvg(1), strings.Join(kinds, ", "))
 		res[fmt.Sprintf("run_%d_seconds", i+1)] = took.Seconds()
 	}
 	sorted := slices.Clone(times)
@@ -140,9 +104,52 @@ func benchVerify(args []string) error {
 	med := sorted[len(sorted)/2]
 	res["median_seconds"], res["events"] = med, f.events
 	fmt.Printf("verify: median of %d runs %.2fs (%.0f events/s), best %.2fs\n", len(times), med, float64(f.events)/med, sorted[0])
-	if f.jsonOut != "" {
-		b, _ := json.MarshalIndent(res, "", "  ")
-		return os.WriteFile(f.jsonOut, append(b, '\n'), 0o644)
+	return writeJSON(f.jsonOut, "verify", res)
+}
+
+// requestCounts counts the requests a server handled by kind: the last
+// element of the path, or "entries range".
+type requestCounts struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *requestCounts) add(r *http.Request) {
+	kind := r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]
+	if r.URL.Query().Has("start") {
+		kind = "entries range"
 	}
-	return nil
+	c.mu.Lock()
+	c.n[kind]++
+	c.mu.Unlock()
+}
+
+func (c *requestCounts) reset() { c.mu.Lock(); clear(c.n); c.mu.Unlock() }
+
+// kinds returns "kind count" for each kind, sorted.
+func (c *requestCounts) kinds() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var kinds []string
+	for k, n := range c.n {
+		kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
+	}
+	slices.Sort(kinds)
+	return kinds
+}
+
+// countingServer serves st's API on a loopback port, counting requests.
+func countingServer(st *ledger.Store, vkey string) (string, *requestCounts, func(), error) {
+	counts := &requestCounts{n: map[string]int{}}
+	srv := api.New(st, vkey, api.Options{Logger: loadtest.Quiet()})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, nil, err
+	}
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		counts.add(r)
+		srv.ServeHTTP(w, r)
+	}), ReadHeaderTimeout: 10 * time.Second}
+	go hs.Serve(ln)
+	return "http://" + ln.Addr().String(), counts, func() { hs.Close() }, nil
 }

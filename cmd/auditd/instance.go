@@ -1,0 +1,301 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/auditd/auditd/alert"
+	"github.com/auditd/auditd/api"
+	"github.com/auditd/auditd/checkers"
+	"github.com/auditd/auditd/ingest"
+	"github.com/auditd/auditd/ledger"
+)
+
+// instance is what serve runs: the ledger and the components around it.
+//
+// The components serve depends on run in one errgroup, as Sunlight runs
+// its logs: the HTTP server, the Kafka source and the derivation daemon.
+// When one of them stops on its own (an error, or a return nobody asked
+// for) serve logs "component stopped on its own: shutting down" naming it,
+// shuts everything down in order and exits 1 with its error: a daemon
+// that no longer serves, consumes or checks must not look healthy to its
+// supervisor. The self-audit checks and the debug (pprof) listener are not
+// in the group: checkers.Runner.Run returns only when its context ends, and
+// the debug listener is an aid whose loss does not stop auditd's work.
+//
+// Shutdown runs the stop steps last registered first, each logged as it
+// starts: HTTP drained, the checks, the derivations and the Kafka source
+// stopped, then the ledger signs its final checkpoints and closes, and a
+// last line says so.
+type instance struct {
+	cfg    Config
+	log    *slog.Logger
+	ctx    context.Context // ends with serve's context or when a component stops
+	g      *errgroup.Group
+	stopMu sync.Mutex
+	stops  []stopStep
+	// stopping is set once shutdown starts: a component returning after
+	// it was asked to.
+	stopping atomic.Bool
+
+	key     *signingKey
+	store   *ledger.Store
+	reg     *prometheus.Registry
+	metrics prometheus.Registerer // reg with the auditd_ prefix
+	alerts  *alert.Manager
+	opts    api.Options
+}
+
+type stopStep struct {
+	what string // logged as "shutting down: <what>"; "" logs nothing
+	fn   func()
+}
+
+func newInstance(ctx context.Context, cfg Config, logger *slog.Logger) *instance {
+	g, gctx := errgroup.WithContext(ctx)
+	return &instance{cfg: cfg, log: logger, ctx: gctx, g: g}
+}
+
+// onStop adds a step to the shutdown; steps run last added first.
+func (d *instance) onStop(what string, fn func()) {
+	d.stopMu.Lock()
+	d.stops = append(d.stops, stopStep{what, fn})
+	d.stopMu.Unlock()
+}
+
+// shutdown runs the stop steps, once; later calls do nothing.
+func (d *instance) shutdown() {
+	d.stopping.Store(true)
+	d.stopMu.Lock()
+	stops := d.stops
+	d.stops = nil
+	d.stopMu.Unlock()
+	for i := len(stops) - 1; i >= 0; i-- {
+		if stops[i].what != "" {
+			d.log.Info("shutting down: " + stops[i].what)
+		}
+		stops[i].fn()
+	}
+}
+
+// goComponent runs a component serve depends on in the group; done
+// closes when run has returned. A return before shutdown ends serve.
+func (d *instance) goComponent(name string, run func() error) (done <-chan struct{}) {
+	ch := make(chan struct{})
+	d.g.Go(func() error {
+		defer close(ch)
+		err := run()
+		if d.stopping.Load() {
+			if err != nil {
+				d.log.Error(name+" stopped", "err", err)
+			}
+			return nil
+		}
+		if err == nil {
+			err = errors.New("returned")
+		}
+		d.log.Error("component stopped on its own: shutting down", "component", name, "err", err)
+		return fmt.Errorf("%s stopped: %w", name, err)
+	})
+	return ch
+}
+
+// openLedger makes the data dir, loads or creates the key, opens the
+// ledger and creates the configured logs.
+func (d *instance) openLedger() error {
+	cfg, logger := d.cfg, d.log
+	// Files the ledger creates (Pebble's) are the operator's alone.
+	umask(0o077)
+	if err := ensureDataDir(cfg.DataDir, logger); err != nil {
+		return err
+	}
+	key, created, err := loadOrCreateKey(cfg.KeyFile, cfg.Origin)
+	if err != nil {
+		return err
+	}
+	if err := checkKeyMode(cfg.KeyFile, cfg.AllowInsecureKeyFile, logger); err != nil {
+		return err
+	}
+	if created {
+		logger.Info("generated checkpoint signing key", "file", cfg.KeyFile, "verifier_key", key.vkey)
+	}
+	d.key = key
+	integrity := newIntegrityAlerts(logger)
+	store, err := ledger.Open(cfg.DataDir, key.signer, key.verifier,
+		ledger.WithIntegrityHandler(integrity.handle),
+		ledger.WithCheckpointInterval(cfg.CheckpointInterval),
+		ledger.WithMaxBatch(cfg.MaxBatch),
+		ledger.WithBatchDelay(cfg.BatchDelay),
+		ledger.WithCacheSize(cfg.CacheBytes),
+		ledger.WithLogger(logger),
+		ledger.WithCheckpointDir(cfg.CheckpointDir),
+		ledger.WithReadOnlyOnRollback(cfg.RollbackReadOnly))
+	if err != nil {
+		return explainLock(cfg.DataDir, err)
+	}
+	d.store = store
+	d.onStop("signing final checkpoints and closing the ledger", func() {
+		if err := store.Close(); err != nil {
+			logger.Error("closing ledger", "err", err)
+			return
+		}
+		logger.Info("shut down: the ledger is closed")
+	})
+	for _, name := range cfg.Logs {
+		if _, err := store.CreateLog(name); err != nil {
+			if errors.Is(err, ledger.ErrReadOnly) { // --rollback-read-only: already reported
+				logger.Warn("configured log is read-only", "log", name, "err", err)
+				continue
+			}
+			return err
+		}
+	}
+	d.reg = prometheus.NewRegistry()
+	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	d.metrics = prometheus.WrapRegistererWithPrefix("auditd_", d.reg)
+	for _, c := range store.Collectors() {
+		d.metrics.MustRegister(c)
+	}
+	alerts, err := openAlerts(store, cfg, logger)
+	if err != nil {
+		return err
+	}
+	d.alerts = alerts
+	d.onStop("", func() { alerts.Close() })
+	d.onStop("", integrity.start(alerts)) // raises what the store found while opening too; stops before alerts close
+	for _, c := range alerts.Collectors() {
+		d.metrics.MustRegister(c)
+	}
+	return nil
+}
+
+// kafkaRun runs the Kafka source; tests replace it to make the source die.
+var kafkaRun = func(k *ingest.Kafka, ctx context.Context) error { return k.Run(ctx) }
+
+// startComponents starts the Kafka source, the derivations and the
+// self-audit checks, and fills in the API's options.
+func (d *instance) startComponents() error {
+	cfg, logger := d.cfg, d.log
+	d.opts = api.Options{
+		MaxBodyBytes: cfg.MaxBodyBytes, MaxEvents: cfg.MaxEvents, MaxPayloadBytes: cfg.MaxPayloadBytes,
+		WriteToken: cfg.WriteToken, ReadToken: cfg.ReadToken, CreateLogs: cfg.CreateLogs == nil || *cfg.CreateLogs,
+		MaxConcurrentWrites: cfg.MaxConcurrentWrites, WaitTimeout: cfg.WaitTimeout, Logger: logger,
+		BodyTimeout: cfg.BodyTimeout, MaxInflightBytes: cfg.MaxInflightBytes, MaxLogs: cfg.MaxLogs,
+		Metrics: promhttp.HandlerFor(boundLogLabels(d.reg, cfg.MaxMetricLogs), promhttp.HandlerOpts{Registry: d.reg}),
+		Alerts:  d.alerts,
+	}
+	if err := d.startKafka(); err != nil {
+		return err
+	}
+	var checksRunner atomic.Pointer[checkers.Runner] // set once the checks start
+	afterRun := func(string) {
+		if r := checksRunner.Load(); r != nil {
+			triggerInvariants(r)
+		}
+	}
+	dctx, dcancel := context.WithCancel(context.Background())
+	daemon, ddone, err := startDerivations(dctx, d.store, cfg, d.alerts, d.metrics, logger, afterRun)
+	if err != nil {
+		dcancel()
+		return err
+	}
+	if daemon != nil {
+		d.opts.Derivations = daemon
+		done := d.goComponent("derivation checks", func() error { <-ddone; return nil })
+		d.onStop("stopping the derivation checks", func() { dcancel(); <-done })
+	} else {
+		dcancel()
+	}
+	checks, stopChecks, err := startChecks(d.store, d.key.verifier, cfg.Checks, d.alerts, d.metrics, logger)
+	if err != nil {
+		return err
+	}
+	d.onStop("stopping the self-audit checks", stopChecks)
+	checksRunner.Store(checks)
+	d.opts.Checks = checks
+	return nil
+}
+
+// startKafka starts the Kafka source, if configured.
+func (d *instance) startKafka() error {
+	cfg, logger := d.cfg, d.log
+	if cfg.Kafka == nil {
+		return nil
+	}
+	kcfg := cfg.kafkaConfig(d.key.vkey)
+	kafka, err := ingest.NewKafka(d.store, kcfg, logger)
+	if err != nil {
+		return err
+	}
+	for _, c := range kafka.Collectors() {
+		d.metrics.MustRegister(c)
+	}
+	alerts := d.alerts
+	kafka.OnViolation = func(v ingest.Violation) { raiseViolation(alerts, v, logger) }
+	kctx, cancel := context.WithCancel(context.Background())
+	done := d.goComponent("kafka source", func() error { return kafkaRun(kafka, kctx) })
+	// The source finishes its batches in hand and commits group offsets
+	// before the ledger closes.
+	d.onStop("stopping the Kafka source", func() { cancel(); <-done })
+	d.opts.SourceStatus = func(log string) (any, bool) { return kafka.Status(log) }
+	d.opts.Ready = kafka.Ready
+	logger.Info("consuming Kafka", "brokers", cfg.Kafka.Brokers, "topics", cfg.Kafka.Topics, "group", cfg.Kafka.Group, "instance_id", kcfg.InstanceID)
+	return nil
+}
+
+// startDebug serves Go profiles on the debug listener, if configured.
+func (d *instance) startDebug() error {
+	if d.cfg.DebugListen == "" {
+		return nil
+	}
+	dl, err := net.Listen("tcp", d.cfg.DebugListen)
+	if err != nil {
+		return fmt.Errorf("debug listen %s: %w", d.cfg.DebugListen, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	ds := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go ds.Serve(dl)
+	d.onStop("", func() { ds.Close() })
+	d.log.Info("serving Go profiles", "addr", "http://"+dl.Addr().String()+"/debug/pprof/")
+	return nil
+}
+
+// serveHTTP serves the API on ln as a component; shutdown drains it first.
+func (d *instance) serveHTTP(srv http.Handler, ln net.Listener) {
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	// Shutdown does not end open event streams (/v1/alerts/stream); closing
+	// the alert manager does.
+	alerts := d.alerts
+	hs.RegisterOnShutdown(func() { alerts.Close() })
+	done := d.goComponent("http server", func() error {
+		if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	timeout := d.cfg.ShutdownTimeout
+	d.onStop(fmt.Sprintf("draining HTTP requests (timeout %s)", timeout), func() {
+		sctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		if err := hs.Shutdown(sctx); err != nil {
+			d.log.Warn("HTTP shutdown incomplete", "err", err)
+		}
+		<-done
+	})
+}

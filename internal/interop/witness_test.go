@@ -280,13 +280,13 @@ func newTWWitness(t testing.TB, name string) (*twWitness, *httptest.Server) {
 	_, priv, _ := ed25519.GenerateKey(rand.Reader)
 	v := newTWVerifier(name, priv.Public().(ed25519.PublicKey))
 	w := &twWitness{s: &twCosignatureSigner{v: v, key: priv}, logs: map[string]*twLog{}}
-	ts := httptest.NewServer(http.StripPrefix("", http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+	ts := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/add-checkpoint" || r.Method != http.MethodPost {
 			http.NotFound(rw, r)
 			return
 		}
 		w.ServeHTTP(rw, r)
-	})))
+	}))
 	t.Cleanup(ts.Close)
 	return w, ts
 }

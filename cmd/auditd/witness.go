@@ -64,19 +64,20 @@ func (d *instance) startWitnessing() error {
 	if err != nil {
 		return err
 	}
-	d.onStop("stopping the witness submissions", stop)
+	if stop != nil {
+		d.onStop("stopping the witness submissions", stop)
+	}
 	return nil
 }
 
 // startWitnessing sets up the add-checkpoint endpoint and the submitter of
-// this auditd's checkpoints. stop ends the submitter.
+// this auditd's checkpoints. stop ends the submitter (nil without one).
 func startWitnessing(store *ledger.Store, cfg Config, keyName string, opts *api.Options, reg prometheus.Registerer, logger *slog.Logger) (stop func(), err error) {
 	wc := cfg.Witness
-	stop = func() {}
 	if len(wc.Logs) > 0 {
 		srv, vkey, err := newWitnessServer(store, cfg, keyName, logger)
 		if err != nil {
-			return stop, err
+			return nil, err
 		}
 		for _, c := range srv.Collectors() {
 			reg.MustRegister(c)
@@ -85,13 +86,13 @@ func startWitnessing(store *ledger.Store, cfg Config, keyName string, opts *api.
 		logger.Info("witnessing logs", "logs", len(wc.Logs), "witness_verifier_key", vkey)
 	}
 	if len(wc.Witnesses) == 0 {
-		return stop, nil
+		return nil, nil
 	}
 	var ws []submit.Witness
 	for i, w := range wc.Witnesses {
 		v, err := witness.NewVerifier(strings.TrimSpace(w.VerifierKey))
 		if err != nil {
-			return stop, fmt.Errorf("config: witness.witnesses[%d]: %w", i, err)
+			return nil, fmt.Errorf("config: witness.witnesses[%d]: %w", i, err)
 		}
 		ws = append(ws, submit.Witness{URL: w.URL, Verifier: v})
 	}
@@ -106,7 +107,7 @@ func startWitnessing(store *ledger.Store, cfg Config, keyName string, opts *api.
 	}
 	sub, err := submit.New(logs, ws, submit.Options{Logger: logger})
 	if err != nil {
-		return stop, fmt.Errorf("config: %w", err)
+		return nil, fmt.Errorf("config: %w", err)
 	}
 	for _, c := range sub.Collectors() {
 		reg.MustRegister(c)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"flag"
 	"io"
 	"log/slog"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/auditd/auditd/client"
 	"github.com/auditd/auditd/witness"
 )
 
@@ -202,5 +204,45 @@ func TestTwoDaemonsWitnessEachOther(t *testing.T) {
 	}
 	if len(info.Witnesses) != 1 || info.Witnesses[0].Witness != b.name+"/witness" || info.Witnesses[0].CosignedSize == nil || *info.Witnesses[0].CosignedSize != 2 || info.Witnesses[0].Lag != 0 {
 		t.Errorf("GET /v1/logs/payments witnesses = %+v", info.Witnesses)
+	}
+}
+
+// TestWitnessPolicyFlags: the policy flags parse into a client option,
+// refuse a threshold without keys or above their number, and are refused
+// by verify without --server (a data dir holds no cosignatures).
+func TestWitnessPolicyFlags(t *testing.T) {
+	_, k1, _ := witness.GenerateKey(rand.Reader, "w1.example")
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "w2.pub"), []byte(k1+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		ok   bool
+	}{
+		{[]string{"-witness-key", k1}, true},
+		{[]string{"-witness-key", "@" + filepath.Join(dir, "w2.pub"), "-witness-threshold", "1"}, true},
+		{[]string{"-witness-threshold", "1"}, false},
+		{[]string{"-witness-key", k1, "-witness-threshold", "2"}, false},
+		{[]string{"-witness-key", "not+a+key"}, false},
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		var f witnessPolicyFlags
+		bindWitnessPolicyFlags(fs, &f)
+		err := fs.Parse(tc.args)
+		var opts []client.Option
+		if err == nil {
+			opts, err = f.options()
+		}
+		if tc.ok != (err == nil && len(opts) == 1) {
+			t.Errorf("%v: options %d, %v", tc.args, len(opts), err)
+		}
+	}
+	var vf verifyFlags
+	vf.dataDir = t.TempDir()
+	vf.wp.keys = []string{k1}
+	if _, _, err := verifyLedger(vf, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "--server") {
+		t.Errorf("verify --data-dir --witness-key: %v, want a refusal", err)
 	}
 }

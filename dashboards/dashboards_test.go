@@ -20,6 +20,9 @@ import (
 	"github.com/auditd/auditd/ingest"
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/rederive"
+	"github.com/auditd/auditd/witness"
+	wserver "github.com/auditd/auditd/witness/server"
+	"github.com/auditd/auditd/witness/submit"
 )
 
 // exported returns the names of every series auditd's components export,
@@ -56,6 +59,7 @@ func exported(t *testing.T) map[string]bool {
 	cs = append(cs, alerts.Collectors()...)
 	cs = append(cs, api.New(store, vkey, api.Options{}).Collectors()...)
 	cs = append(cs, checkers.NewRunner(kv, checkers.Options{}).Collectors()...)
+	cs = append(cs, witnessCollectors(t, kv)...)
 	names := map[string]bool{}
 	re := regexp.MustCompile(`fqName: "([^"]+)"`)
 	for _, c := range cs {
@@ -147,4 +151,18 @@ func TestAlertRuleMetricsExist(t *testing.T) {
 	if checkRefs(t, "alerts.yml", strings.Join(exprs, "\n"), names) == 0 {
 		t.Fatal("the alert rules query no auditd metric")
 	}
+}
+
+func witnessCollectors(t *testing.T, kv *ledger.Bucket) []prometheus.Collector {
+	wkey, _, _ := witness.GenerateKey(rand.Reader, "w.example")
+	c, _ := witness.ParseKey(wkey)
+	srv, err := wserver.New(kv, c, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := submit.New(func() []submit.Log { return nil }, nil, submit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(srv.Collectors(), sub.Collectors()...)
 }

@@ -57,7 +57,7 @@ type fixture struct {
 	dir      string
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	f := &fixture{dir: t.TempDir()}
 	f.logStore, f.logKey = ledgertest.OpenKey(t, fastLedger())
@@ -67,7 +67,7 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
-func (f *fixture) start(t *testing.T) {
+func (f *fixture) start(t testing.TB) {
 	t.Helper()
 	skey, vkey, err := witness.GenerateKey(rand.Reader, "witness.example")
 	if err != nil {

@@ -145,10 +145,10 @@ func GenerateKey(rnd io.Reader, name string) (skey, vkey string, err error) {
 	if !validName(name) {
 		return "", "", fmt.Errorf("witness: invalid key name %q (printable, no spaces or +)", name)
 	}
-	pub, priv, err := ed25519.GenerateKey(rnd)
 	if rnd == nil {
-		pub, priv, err = ed25519.GenerateKey(rand.Reader)
+		rnd = rand.Reader
 	}
+	pub, priv, err := ed25519.GenerateKey(rnd)
 	if err != nil {
 		return "", "", err
 	}

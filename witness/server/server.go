@@ -155,6 +155,9 @@ func (s *Server) AddCheckpoint(body []byte) ([]byte, error) {
 	if req.OldSize != known {
 		return nil, &ConflictError{Known: known}
 	}
+	if known == 0 && len(req.Proof) > 0 {
+		return nil, fmt.Errorf("%w: a proof from size 0 is empty, got %d hashes", ErrBadProof, len(req.Proof))
+	}
 	if known > 0 {
 		if err := merkle.VerifyConsistency(known, c.Size, req.Proof, root, c.Root); err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrBadProof, err)

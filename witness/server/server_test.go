@@ -188,6 +188,7 @@ func TestAddCheckpointBadInput(t *testing.T) {
 	}{
 		{"bad signature", req(5, proof, other9.Note), http.StatusForbidden, ""},
 		{"unknown origin", req(0, nil, unknown.Note), http.StatusNotFound, ""},
+		{"proof from size 0", req(0, proof, cp9.Note), http.StatusConflict, "5\n"},
 		{"proof that does not verify", req(5, tampered, cp9.Note), http.StatusUnprocessableEntity, ""},
 		{"proof of another tree", req(5, forkProof, fork9.Note), http.StatusUnprocessableEntity, ""},
 		{"no proof", req(5, nil, cp9.Note), http.StatusUnprocessableEntity, ""},
@@ -213,5 +214,20 @@ func TestAddCheckpointBadInput(t *testing.T) {
 	}
 	if code, _, body := f.post(t, req(5, proof, cp9.Note)); code != http.StatusOK {
 		t.Fatalf("the good request after them: %d %s", code, body)
+	}
+}
+
+// TestAddCheckpointFirstNeedsNoProof: the first checkpoint of a log (old
+// 0) comes without a proof; one with proof lines is refused (422) and the
+// witness still knows nothing of the log.
+func TestAddCheckpointFirstNeedsNoProof(t *testing.T) {
+	f := newFixture(t)
+	cp5 := f.log.Checkpoint()
+	bogus := []merkle.Hash{merkle.LeafHash([]byte("x"))}
+	if code, _, body := f.post(t, req(0, bogus, cp5.Note)); code != http.StatusUnprocessableEntity {
+		t.Errorf("old 0 with a proof: %d %s, want 422", code, body)
+	}
+	if size, root := f.state(t); size != 0 || root != (merkle.Hash{}) {
+		t.Errorf("state %d %s, want none", size, root)
 	}
 }

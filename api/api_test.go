@@ -877,7 +877,7 @@ func TestBadRequests(t *testing.T) {
 		{name: "tile width 0", method: get, path: "/v1/logs/orders/tile/0/000.p/0", status: 404, code: "bad_tile_path"},
 		{name: "tile width 256", method: get, path: "/v1/logs/orders/tile/0/000.p/256", status: 404, code: "bad_tile_path"},
 		{name: "tile width with leading zero", method: get, path: "/v1/logs/orders/tile/0/000.p/03", status: 404, code: "bad_tile_path"},
-		{name: "entry bundles", method: get, path: "/v1/logs/orders/tile/entries/000", status: 404, code: "bad_tile_path"},
+		{name: "entry bundle beyond the tree", method: get, path: "/v1/logs/orders/tile/entries/000", status: 404, code: "tile_not_found"},
 		{name: "tile wider than the tree", method: get, path: "/v1/logs/orders/tile/0/000.p/4", status: 404, code: "entry_not_found"},
 		{name: "full tile beyond the tree", method: get, path: "/v1/logs/orders/tile/0/000", status: 404, code: "entry_not_found"},
 		// Invalid events.

@@ -173,8 +173,17 @@ func TestParsingEdges(t *testing.T) {
 			t.Errorf("tile %s: %v", p, r)
 		}
 	}
+	// Entry bundles follow the same canonical form as hash tiles.
+	e.get("/v1/logs/l/tile/entries/001.p/44", http.StatusOK)
+	for _, p := range []string{"x000/001.p/44", "001.p/044", "001.p/0", "001.p/256", "001.p/", "001.p", "01", "1", "", "0001",
+		"x001", "001/", "000.p/44/x", "x018/x446/x744/x073/x709/x551/999", "-01", "00a"} {
+		if r := e.get("/v1/logs/l/tile/entries/"+p, http.StatusNotFound); !strings.Contains(string(r.body), "bad_tile_path") {
+			t.Errorf("entries/%s: %v", p, r)
+		}
+	}
 	huge := strings.Repeat("A", 100<<10)
 	for _, path := range []string{
+		"/v1/logs/l/tile/entries/" + huge,
 		"/v1/logs/l/proof/inclusion?hash=" + huge,
 		"/v1/logs/l/entries/" + strings.Repeat("9", 100<<10),
 		"/v1/logs/l/proof/consistency?from=1&to=" + huge,

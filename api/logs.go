@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -484,77 +483,6 @@ func (s *Server) getConsistency(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, consistencyOut{From: from, To: to, Hashes: hs})
-}
-
-// getTile serves C2SP tlog-tiles hash tiles: tile/<L>/<N>[.p/<W>].
-func (s *Server) getTile(w http.ResponseWriter, r *http.Request) {
-	l, ok := s.logOf(w, r)
-	if !ok {
-		return
-	}
-	level, n, width, err := parseTilePath(chi.URLParam(r, "*"))
-	if err != nil {
-		writeError(w, http.StatusNotFound, "bad_tile_path", err.Error(), nil)
-		return
-	}
-	b, err := l.Tile(level, n, width)
-	if err != nil {
-		s.writeErr(w, r, err)
-		return
-	}
-	w.Header().Set("Content-Type", "application/octet-stream")
-	if width == 256 {
-		w.Header().Set("Cache-Control", "public, max-age=31536000, immutable")
-	}
-	w.Write(b)
-}
-
-// parseTilePath parses "<L>/<N>[.p/<W>]" where N is written in 3-digit
-// path elements, all but the last prefixed with "x".
-func parseTilePath(p string) (level uint8, n uint64, width int, err error) {
-	bad := fmt.Errorf("tile path %s is not <L>/<N>[.p/<W>]", echo(p))
-	parts := strings.Split(p, "/")
-	if len(parts) < 2 {
-		return 0, 0, 0, bad
-	}
-	if parts[0] == "entries" {
-		return 0, 0, 0, errors.New("entry bundles are not served; use /entries/{index}")
-	}
-	lv, err := strconv.ParseUint(parts[0], 10, 8)
-	if err != nil || lv > 7 || (len(parts[0]) > 1 && parts[0][0] == '0') {
-		return 0, 0, 0, bad
-	}
-	width = 256
-	rest := parts[1:]
-	if len(rest) >= 2 && strings.HasSuffix(rest[len(rest)-2], ".p") {
-		wv, err := strconv.Atoi(rest[len(rest)-1])
-		if err != nil || wv < 1 || wv > 255 || strconv.Itoa(wv) != rest[len(rest)-1] {
-			return 0, 0, 0, bad
-		}
-		width = wv
-		rest = rest[:len(rest)-1]
-		rest[len(rest)-1] = strings.TrimSuffix(rest[len(rest)-1], ".p")
-	}
-	if len(rest) > 1 && rest[0] == "x000" {
-		return 0, 0, 0, bad // N is written without leading zero elements
-	}
-	for i, el := range rest {
-		if i < len(rest)-1 {
-			if !strings.HasPrefix(el, "x") {
-				return 0, 0, 0, bad
-			}
-			el = el[1:]
-		}
-		if len(el) != 3 || strings.Trim(el, "0123456789") != "" {
-			return 0, 0, 0, bad
-		}
-		d, _ := strconv.Atoi(el)
-		if n > (^uint64(0))/1000 {
-			return 0, 0, 0, bad
-		}
-		n = n*1000 + uint64(d)
-	}
-	return uint8(lv), n, width, nil
 }
 
 func (s *Server) badParam(w http.ResponseWriter, err error) {

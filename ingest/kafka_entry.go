@@ -56,6 +56,7 @@ func recordEntry(k *KafkaConfig, r *kgo.Record) ledger.Entry {
 	if e.ID == "" {
 		e.ID = positionID(src)
 	}
+	fitLeaf(LogName(r.Topic, r.Partition), &e)
 	v := r.Value
 	switch {
 	case len(v) > k.MaxRecordBytes:
@@ -77,6 +78,15 @@ func recordEntry(k *KafkaConfig, r *kgo.Record) ledger.Entry {
 		}
 	}
 	return e
+}
+
+// fitLeaf hashes the header values, then the key, of an entry whose leaf
+// could exceed merkle.MaxLeafSize (merkle.Leaf.Fit), so that every record
+// can be served in an entry bundle.
+func fitLeaf(log string, e *ledger.Entry) {
+	l := merkle.Leaf{Log: log, ID: e.ID, HasKey: e.HasKey, Key: e.Key, Source: e.Source, Headers: e.Headers, Marks: e.Marks}
+	l.Fit()
+	e.Key, e.Headers, e.Marks = l.Key, l.Headers, l.Marks
 }
 
 // maxFallbackIDs bounds the numbered ids fallbackID tries for one record.

@@ -56,3 +56,31 @@ func TestKafkaBadTopicName(t *testing.T) {
 		t.Error("a log was created for the invalid name")
 	}
 }
+
+// TestKafkaOversizeHeaders ledgers a record whose headers would make a leaf
+// longer than an entry bundle can carry with its header values over 32
+// bytes replaced by their SHA-256, marked header_oversize, and a record
+// whose headers fit as it is.
+func TestKafkaOversizeHeaders(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t, kfake.SeedTopics(1, "hdr"), kfake.BrokerConfigs(map[string]string{"message.max.bytes": "10000000"}))
+	big := strings.Repeat("v", 70000)
+	b.produce(rec("hdr", 0, []byte("a"), []byte(`{"n":1}`), "small", "s", "big", big),
+		rec("hdr", 0, []byte("b"), []byte(`{"n":2}`), "fits", strings.Repeat("w", 60000)))
+	store := newStore(t)
+	src := startSource(t, store, ingest.KafkaConfig{Brokers: b.addrs, Topics: []string{"hdr"}})
+	waitNext(t, store, "hdr.0", 2)
+	src.stop()
+	recs := entries(t, store, "hdr.0")
+	sum := sha256.Sum256([]byte(big))
+	got := recs[0].Leaf
+	if got.Marks != merkle.MarkHeaderOversize || len(got.Headers) != 2 || string(got.Headers[0].Value) != "s" || !bytes.Equal(got.Headers[1].Value, sum[:]) {
+		t.Errorf("entry 0: marks %v headers %q, want the big value's SHA-256 marked header_oversize", merkle.MarkNames(got.Marks), got.Headers)
+	}
+	if n := len(recs[0].LeafBytes); n > merkle.MaxLeafSize {
+		t.Errorf("entry 0: leaf of %d bytes", n)
+	}
+	if got := recs[1].Leaf; got.Marks != 0 || len(got.Headers[0].Value) != 60000 {
+		t.Errorf("entry 1: marks %v, header of %d bytes, want it as produced", merkle.MarkNames(got.Marks), len(got.Headers[0].Value))
+	}
+}

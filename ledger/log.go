@@ -218,6 +218,10 @@ func prepare(log string, e *Entry, now time.Time, it *item) error {
 	} else {
 		it.leaf.PayloadSHA256 = sha256.Sum256(e.Payload)
 	}
+	if n := it.leaf.Size(); n > merkle.MaxLeafSize {
+		// An entry bundle carries a leaf behind a 16-bit length.
+		return fmt.Errorf("leaf of %d bytes is over the %d-byte limit of an entry bundle (shorten the key or headers)", n, merkle.MaxLeafSize)
+	}
 	var buf [512]byte
 	lb, err := it.leaf.Append(buf[:0])
 	if err != nil {

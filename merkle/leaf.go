@@ -1,6 +1,7 @@
 package merkle
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -16,6 +17,11 @@ const (
 	MaxID      = 1 << 10 // bytes; the encoding allows 65535, auditd accepts 1024
 	MaxKey     = 1<<16 - 1
 	MaxTopic   = 1<<16 - 1
+	// MaxLeafSize bounds the encoding of every leaf auditd ledgers: a C2SP
+	// tlog-tiles entry bundle carries each leaf behind a 16-bit length.
+	// Leaves ledgered before the bound existed may be longer; they still
+	// decode, but no bundle can carry them.
+	MaxLeafSize = 1<<16 - 1
 )
 
 // Leaf flag bits.
@@ -44,13 +50,16 @@ const (
 	// earlier entry of the log, so the id was derived from the source
 	// position instead.
 	MarkDuplicateID = 1 << 4
-	// MarkKeyOversize: the source record's key exceeded MaxKey; the key
-	// field holds its SHA-256.
+	// MarkKeyOversize: the source record's key exceeded MaxKey, or made the
+	// leaf too long (see Fit); the key field holds its SHA-256.
 	MarkKeyOversize = 1 << 5
-	marksKnown      = MarkNotJSON | MarkNotUTF8 | MarkEmpty | MarkOversize | MarkDuplicateID | MarkKeyOversize
+	// MarkHeaderOversize: the source record's headers made the leaf too
+	// long (see Fit); every header value over 32 bytes holds its SHA-256.
+	MarkHeaderOversize = 1 << 6
+	marksKnown         = MarkNotJSON | MarkNotUTF8 | MarkEmpty | MarkOversize | MarkDuplicateID | MarkKeyOversize | MarkHeaderOversize
 )
 
-var markNames = []string{"not_json", "not_utf8", "empty", "oversize", "duplicate_id", "key_oversize"}
+var markNames = []string{"not_json", "not_utf8", "empty", "oversize", "duplicate_id", "key_oversize", "header_oversize"}
 
 // MarkNames returns the names of the mark bits set in m, in bit order.
 func MarkNames(m uint8) []string {
@@ -185,6 +194,52 @@ func (l *Leaf) Size() int {
 		n++
 	}
 	return n
+}
+
+// fitSize is the leaf's encoded size counted with the longest id (MaxID
+// bytes) and a marks byte, so that Fit's outcome does not depend on the id
+// or the marks a source may still change (a fallback id, MarkDuplicateID).
+func (l *Leaf) fitSize() int {
+	n := l.Size() - len(l.ID) + MaxID
+	if l.Marks == 0 {
+		n++
+	}
+	return n
+}
+
+// Fit shrinks a leaf that could exceed MaxLeafSize, for sources whose
+// records must be ledgered whatever their size (Kafka). Counting the id as
+// MaxID bytes and a marks byte: if the leaf is over MaxLeafSize, every
+// header value longer than HashSize is replaced by its SHA-256
+// (MarkHeaderOversize); if it still is, a key longer than HashSize is
+// replaced by its SHA-256 (MarkKeyOversize). A leaf that fits is left
+// as it is, so leaves within the bound are the same as before Fit existed.
+// Fit never modifies the slices it was given. It reports whether the leaf
+// now fits; one that does not has too many headers or too long header
+// names, and the ledger refuses it.
+func (l *Leaf) Fit() bool {
+	if l.fitSize() <= MaxLeafSize {
+		return true
+	}
+	hs := make([]Header, len(l.Headers))
+	hashed := false
+	for i, h := range l.Headers {
+		hs[i] = h
+		if len(h.Value) > HashSize {
+			sum := sha256.Sum256(h.Value)
+			hs[i].Value, hashed = sum[:], true
+		}
+	}
+	if hashed {
+		l.Headers = hs
+		l.Marks |= MarkHeaderOversize
+	}
+	if l.fitSize() > MaxLeafSize && len(l.Key) > HashSize {
+		sum := sha256.Sum256(l.Key)
+		l.Key = sum[:]
+		l.Marks |= MarkKeyOversize
+	}
+	return l.fitSize() <= MaxLeafSize
 }
 
 // Append appends the leaf's encoding to b. The leaf must be valid.

@@ -309,9 +309,9 @@ func (pp *paymentProducer) finish(ctx context.Context) ([][]wantRecord, []int64)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hwm := make([]int64, 4)
+	hwm := make([]int64, len(ends["payments"]))
 	ends.Each(func(o kadm.ListedOffset) { hwm[o.Partition] = o.Offset })
-	want := make([][]wantRecord, 4)
+	want := make([][]wantRecord, len(hwm))
 	for p := range want {
 		want[p] = make([]wantRecord, hwm[p])
 	}
@@ -319,7 +319,7 @@ func (pp *paymentProducer) finish(ctx context.Context) ([][]wantRecord, []int64)
 		t.Fatalf("produced %d records (%d acknowledged), the partitions hold %d", pp.n, len(pp.out), n)
 	}
 	for _, pr := range pp.out {
-		if pr.part < 0 || pr.part > 3 || pr.off < 0 || pr.off >= hwm[pr.part] {
+		if pr.part < 0 || int(pr.part) >= len(hwm) || pr.off < 0 || pr.off >= hwm[pr.part] {
 			t.Fatalf("record produced to partition %d offset %d, outside the watermarks %v", pr.part, pr.off, hwm)
 		}
 		want[pr.part][pr.off] = wantOf(pr.rec)

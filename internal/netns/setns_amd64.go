@@ -1,0 +1,3 @@
+package netns
+
+const sysSetns = 308 // setns(2) on linux/amd64

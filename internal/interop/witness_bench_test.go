@@ -1,4 +1,4 @@
-package interop
+package interop_test
 
 import (
 	"context"
@@ -48,7 +48,7 @@ func BenchmarkCosignatureDelay(b *testing.B) {
 		benchDelay(b, func(b *testing.B, origin string, v note.Verifier) (string, note.Verifier) {
 			tw, ts := newTWWitness(b, "torchwood.example/witness")
 			tw.logs[origin] = &twLog{keys: []note.Verifier{v}}
-			return ts.URL, tw.s.v
+			return ts.URL, tw.s.Verifier()
 		})
 	})
 }

@@ -1,42 +1,47 @@
-package interop
+package interop_test
 
 // Interoperability of auditd's witnessing (witness, witness/server,
-// witness/submit) with filippo.io/torchwood v0.6.1's implementation of
-// c2sp.org/tlog-witness and c2sp.org/tlog-cosignature.
+// witness/submit) with other projects' implementations of
+// c2sp.org/tlog-witness and c2sp.org/tlog-cosignature:
 //
-// torchwood v0.6.1 (its litewitness command and its root package) does
-// not build here: its dependencies (golang.org/x/crypto, zombiezen.com/go/
-// sqlite, modernc.org/sqlite, sigsum.org/sigsum-go, ...) are not in the
-// module cache and nothing may be downloaded. The code below is therefore
-// torchwood's own, transcribed from the module cache
-// (filippo.io/torchwood@v0.6.1: cosignature.go, checkpoint.go and
-// internal/witness/witness.go; BSD-style licence, Copyright 2023 The Go
-// Authors and The Torchwood Authors), with its SQLite tables replaced by a
-// map and nothing else changed in substance. It checks consistency with
-// golang.org/x/mod/sumdb/tlog, not with the transparency-dev/merkle code
-// auditd uses, and computes key hashes and signed messages itself.
+//   - filippo.io/torchwood v0.6.1: its cosignature/v1 signer and verifier
+//     and its checkpoint parser, as a module; and its witness
+//     (internal/witness, the core of cmd/litewitness). litewitness does not
+//     build here (zombiezen.com/go/sqlite and golang.org/x/net at the
+//     versions it needs are not in the module cache, and nothing may be
+//     downloaded), and internal/witness cannot be imported, so twWitness
+//     below is that file's add-checkpoint logic transcribed (BSD-style
+//     licence, Copyright 2023 The Go Authors and The Torchwood Authors),
+//     its SQLite tables replaced by a map, signing with torchwood's own
+//     CosignatureSigner and checking consistency with
+//     golang.org/x/mod/sumdb/tlog, not with the transparency-dev/merkle
+//     code auditd uses.
+//   - github.com/transparency-dev/formats v0.1.1: its cosignature/v1
+//     verifier (note.NewVerifierForCosignatureV1, from the vkey text
+//     alone) and its witness policy (witness.NewGroup).
 
 import (
 	"bytes"
 	"context"
-	"crypto"
 	"crypto/ed25519"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"filippo.io/torchwood"
+	fnote "github.com/transparency-dev/formats/note"
+	fwitness "github.com/transparency-dev/formats/witness"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 
@@ -47,120 +52,12 @@ import (
 	"github.com/auditd/auditd/witness/submit"
 )
 
-// --- transcribed from torchwood v0.6.1 ---
-
-const algCosignatureV1 = 4
-
-func twKeyHash(name string, key []byte) uint32 {
-	h := sha256.New()
-	h.Write([]byte(name))
-	h.Write([]byte("\n"))
-	h.Write(key)
-	return binary.BigEndian.Uint32(h.Sum(nil))
-}
-
-type twCheckpoint struct {
-	Origin string
-	tlog.Tree
-	Extension string
-}
-
-func twParseCheckpoint(text string) (twCheckpoint, error) {
-	if strings.Count(text, "\n") < 3 || len(text) > 1e6 || !strings.HasSuffix(text, "\n") {
-		return twCheckpoint{}, errors.New("malformed checkpoint")
-	}
-	lines := strings.SplitN(text, "\n", 4)
-	n, err := strconv.ParseInt(lines[1], 10, 64)
-	if err != nil || n < 0 || lines[1] != strconv.FormatInt(n, 10) {
-		return twCheckpoint{}, errors.New("malformed checkpoint")
-	}
-	h, err := base64.StdEncoding.DecodeString(lines[2])
-	if err != nil || len(h) != tlog.HashSize {
-		return twCheckpoint{}, errors.New("malformed checkpoint")
-	}
-	rest := lines[3]
-	for rest != "" {
-		before, after, found := strings.Cut(rest, "\n")
-		if before == "" || !found {
-			return twCheckpoint{}, errors.New("malformed checkpoint")
-		}
-		rest = after
-	}
-	var hash tlog.Hash
-	copy(hash[:], h)
-	return twCheckpoint{lines[0], tlog.Tree{N: n, Hash: hash}, lines[3]}, nil
-}
-
-func (c twCheckpoint) String() string {
-	return fmt.Sprintf("%s\n%d\n%s\n%s", c.Origin, c.N, base64.StdEncoding.EncodeToString(c.Hash[:]), c.Extension)
-}
-
-func twFormatCosignatureV1(t uint64, msg []byte) ([]byte, error) {
-	c, err := twParseCheckpoint(string(msg))
-	if err != nil {
-		return nil, fmt.Errorf("message being signed is not a valid checkpoint: %w", err)
-	}
-	if string(msg) != c.String() {
-		return nil, errors.New("message being signed does not match parsed checkpoint")
-	}
-	return []byte(fmt.Sprintf("cosignature/v1\ntime %d\n%s", t, msg)), nil
-}
-
-// twCosignatureVerifier is torchwood's CosignatureVerifier.
-type twCosignatureVerifier struct {
-	name string
-	hash uint32
-	key  ed25519.PublicKey
-}
-
-func newTWVerifier(name string, k ed25519.PublicKey) *twCosignatureVerifier {
-	return &twCosignatureVerifier{name: name, hash: twKeyHash(name, append([]byte{algCosignatureV1}, k...)), key: k}
-}
-
-func (v *twCosignatureVerifier) Name() string    { return v.name }
-func (v *twCosignatureVerifier) KeyHash() uint32 { return v.hash }
-func (v *twCosignatureVerifier) Verify(msg, sig []byte) bool {
-	if len(sig) != 8+ed25519.SignatureSize {
-		return false
-	}
-	t := binary.BigEndian.Uint64(sig)
-	m, err := twFormatCosignatureV1(t, msg)
-	if err != nil {
-		return false
-	}
-	return ed25519.Verify(v.key, m, sig[8:])
-}
-
-func (v *twCosignatureVerifier) String() string {
-	return fmt.Sprintf("%s+%08x+%s", v.name, v.hash, base64.StdEncoding.EncodeToString(append([]byte{algCosignatureV1}, v.key...)))
-}
-
-// twCosignatureSigner is torchwood's CosignatureSigner.
-type twCosignatureSigner struct {
-	v   *twCosignatureVerifier
-	key crypto.Signer
-}
-
-func (s *twCosignatureSigner) Name() string    { return s.v.name }
-func (s *twCosignatureSigner) KeyHash() uint32 { return s.v.hash }
-func (s *twCosignatureSigner) Sign(msg []byte) ([]byte, error) {
-	t := uint64(time.Now().Unix())
-	m, err := twFormatCosignatureV1(t, msg)
-	if err != nil {
-		return nil, err
-	}
-	sg, err := s.key.Sign(nil, m, crypto.Hash(0))
-	if err != nil {
-		return nil, err
-	}
-	sig := binary.BigEndian.AppendUint64(make([]byte, 0, 8+ed25519.SignatureSize), t)
-	return append(sig, sg...), nil
-}
+// --- transcribed from torchwood v0.6.1 internal/witness/witness.go ---
 
 // twWitness is torchwood's internal/witness.Witness, its log and key
 // tables in a map.
 type twWitness struct {
-	s    *twCosignatureSigner
+	s    *torchwood.CosignatureSigner
 	mu   sync.Mutex
 	logs map[string]*twLog
 }
@@ -249,7 +146,7 @@ func (w *twWitness) processAddCheckpointRequest(body []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := twParseCheckpoint(n.Text)
+	c, err := torchwood.ParseCheckpoint(n.Text)
 	if err != nil {
 		return nil, err
 	}
@@ -278,8 +175,11 @@ func (w *twWitness) processAddCheckpointRequest(body []byte) ([]byte, error) {
 func newTWWitness(t testing.TB, name string) (*twWitness, *httptest.Server) {
 	t.Helper()
 	_, priv, _ := ed25519.GenerateKey(rand.Reader)
-	v := newTWVerifier(name, priv.Public().(ed25519.PublicKey))
-	w := &twWitness{s: &twCosignatureSigner{v: v, key: priv}, logs: map[string]*twLog{}}
+	signer, err := torchwood.NewCosignatureSigner(name, priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &twWitness{s: signer, logs: map[string]*twLog{}}
 	ts := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/add-checkpoint" || r.Method != http.MethodPost {
 			http.NotFound(rw, r)
@@ -307,10 +207,39 @@ func appendN(t testing.TB, l *ledger.Log, n int) *ledger.SignedCheckpoint {
 	return cp
 }
 
+// waitCosigned waits for the submitter to report a cosignature of size
+// or more.
+func waitCosigned(t testing.TB, cosigned <-chan uint64, size uint64) {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case got := <-cosigned:
+			if got >= size {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("no cosignature of size %d within 30s", size)
+		}
+	}
+}
+
+// formatsPolicy is transparency-dev/formats' witness policy: one of the
+// witness vkeys.
+func formatsPolicy(t testing.TB, vkey string) fwitness.Group {
+	t.Helper()
+	w, err := fwitness.New(vkey, &url.URL{Scheme: "http", Host: "unused.example"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fwitness.NewGroup(1, w)
+}
+
 // TestAuditdLogToTorchwoodWitness: auditd as a log submits its
 // checkpoints to torchwood's witness, which checks the consistency proofs
 // auditd sends with x/mod's tlog; the cosignatures auditd then serves
-// verify with torchwood's cosignature verifier.
+// verify with torchwood's verifier and with formats' (from the vkey
+// alone), and satisfy formats' witness policy.
 func TestAuditdLogToTorchwoodWitness(t *testing.T) {
 	store, key := ledgertest.OpenKey(t, ledgertest.WithLedger(ledger.WithCheckpointInterval(time.Millisecond)))
 	l, err := store.CreateLog("payments")
@@ -319,11 +248,16 @@ func TestAuditdLogToTorchwoodWitness(t *testing.T) {
 	}
 	tw, ts := newTWWitness(t, "torchwood.example/witness")
 	tw.logs[l.Origin()] = &twLog{keys: []note.Verifier{key.Verifier}} // witnessctl add-log, add-key
-	vkey := tw.s.v.String()
+	vkey := tw.s.Verifier().String()
 	v, err := witness.NewVerifier(vkey) // auditd reads torchwood's vkey
 	if err != nil {
 		t.Fatal(err)
 	}
+	fv, err := fnote.NewVerifierForCosignatureV1(vkey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy := formatsPolicy(t, vkey)
 	cosigned := make(chan uint64, 100)
 	sub, err := submit.New(func() []submit.Log { return []submit.Log{l} }, []submit.Witness{{URL: ts.URL, Verifier: v}},
 		submit.Options{Logger: slog.New(slog.DiscardHandler), MinBackoff: time.Millisecond,
@@ -336,13 +270,21 @@ func TestAuditdLogToTorchwoodWitness(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); sub.Run(ctx) }()
 	defer func() { cancel(); <-done }()
+	if policy.Satisfied(l.Checkpoint().Note) {
+		t.Fatal("formats' policy is satisfied by a checkpoint without cosignatures")
+	}
 	for _, n := range []int{1, 255, 300, 1024} { // sizes 1, 256, 556, 1580: proofs across tiles
 		cp := appendN(t, l, n)
-		for size := <-cosigned; size < cp.Size; size = <-cosigned {
-		}
+		waitCosigned(t, cosigned, cp.Size)
 		signed := sub.Cosigned("payments", l.Checkpoint())
-		if _, err := note.Open(signed, note.VerifierList(newTWVerifier(tw.s.v.name, tw.s.v.key))); err != nil {
+		if _, err := note.Open(signed, note.VerifierList(tw.s.Verifier())); err != nil {
 			t.Fatalf("size %d: torchwood's verifier rejects the served cosignature: %v\n%s", cp.Size, err, signed)
+		}
+		if _, err := note.Open(signed, note.VerifierList(fv)); err != nil {
+			t.Fatalf("size %d: formats' verifier rejects the served cosignature: %v", cp.Size, err)
+		}
+		if !policy.Satisfied(signed) {
+			t.Fatalf("size %d: formats' witness policy is not satisfied by\n%s", cp.Size, signed)
 		}
 		tw.mu.Lock()
 		got := tw.logs[l.Origin()].size
@@ -353,9 +295,10 @@ func TestAuditdLogToTorchwoodWitness(t *testing.T) {
 	}
 }
 
-// TestAuditdWitnessVerifiedByTorchwood: auditd as a witness; torchwood's
-// verifier, built from the public key alone, accepts its cosignatures, and
-// torchwood's witness accepts the same requests auditd's does.
+// TestAuditdWitnessVerifiedByTorchwood: auditd as a witness. torchwood's
+// cosignature verifier (for the same Ed25519 key and name) and formats'
+// (from auditd's vkey text) accept its cosignatures, torchwood encodes the
+// same vkey, and torchwood's witness accepts the requests auditd's does.
 func TestAuditdWitnessVerifiedByTorchwood(t *testing.T) {
 	store, key := ledgertest.OpenKey(t, ledgertest.WithLedger(ledger.WithCheckpointInterval(time.Millisecond)))
 	l, err := store.CreateLog("orders")
@@ -372,12 +315,18 @@ func TestAuditdWitnessVerifiedByTorchwood(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// torchwood's verifier from the vkey's public key bytes only.
-	parts := strings.Split(vkey, "+")
-	raw, _ := base64.StdEncoding.DecodeString(parts[2])
-	twv := newTWVerifier(parts[0], ed25519.PublicKey(raw[1:]))
-	if twv.String() != vkey {
-		t.Fatalf("torchwood encodes the verifier key as %s, auditd as %s", twv.String(), vkey)
+	parts := strings.SplitN(skey, "+", 5)
+	seed, _ := base64.StdEncoding.DecodeString(parts[4])
+	ts, err := torchwood.NewCosignatureSigner("auditd.example/witness", ed25519.NewKeyFromSeed(seed[1:]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ts.Verifier().String() != vkey {
+		t.Fatalf("torchwood encodes the verifier key as %s, auditd as %s", ts.Verifier().String(), vkey)
+	}
+	fv, err := fnote.NewVerifierForCosignatureV1(vkey)
+	if err != nil {
+		t.Fatal(err)
 	}
 	tw, _ := newTWWitness(t, "torchwood.example/witness")
 	tw.logs[l.Origin()] = &twLog{keys: []note.Verifier{key.Verifier}}
@@ -399,8 +348,20 @@ func TestAuditdWitnessVerifiedByTorchwood(t *testing.T) {
 		if err != nil {
 			t.Fatalf("auditd witness at size %d: %v", cp.Size, err)
 		}
-		if _, err := note.Open(append(append([]byte(nil), cp.Note...), lines...), note.VerifierList(twv)); err != nil {
-			t.Fatalf("torchwood's verifier rejects auditd's cosignature %q: %v", lines, err)
+		signed := append(append([]byte(nil), cp.Note...), lines...)
+		for name, v := range map[string]note.Verifier{"torchwood": ts.Verifier(), "formats": fv} {
+			n, err := note.Open(signed, note.VerifierList(v))
+			if err != nil {
+				t.Fatalf("%s's verifier rejects auditd's cosignature %q: %v", name, lines, err)
+			}
+			if name == "torchwood" {
+				if when, err := torchwood.CosignatureTimestamp(n.Sigs[0]); err != nil || time.Since(time.Unix(when, 0)) > time.Hour {
+					t.Errorf("torchwood reads the cosignature's time as %d, %v", when, err)
+				}
+			}
+		}
+		if !formatsPolicy(t, vkey).Satisfied(signed) {
+			t.Errorf("formats' witness policy is not satisfied by auditd's cosignature")
 		}
 		old = cp.Size
 	}

@@ -106,6 +106,8 @@ type logScrub struct {
 	known  [tileWidth]bool
 	fill   int
 	next   uint64 // the index the next entry must have
+
+	pruned prunedCheck // payloads gone above the pruning watermark (scrub_prune.go)
 }
 
 type tileBuf struct {
@@ -156,6 +158,9 @@ func (w *logScrub) run(v note.Verifier) error {
 				max(recorded, stored)*ledger.IndexChunkEntries, recorded, stored, w.size)})
 		}
 	}
+	if err := w.loadWatermark(); err != nil {
+		return err
+	}
 	w.checkRoots() // a checkpoint of the empty tree
 	err = w.src.Leaves(w.ctx, func(batch []ledger.ScannedEntry) error {
 		for i := range batch {
@@ -174,6 +179,7 @@ func (w *logScrub) run(v note.Verifier) error {
 	if w.next != w.size {
 		return fmt.Errorf("source gave %d entries, the tree holds %d", w.next, w.size)
 	}
+	w.flushPruned()
 	if w.fill > 0 {
 		w.flushTile0()
 	}
@@ -189,6 +195,7 @@ func (w *logScrub) add(e *ledger.ScannedEntry) error {
 		return fmt.Errorf("source gave entry %d where %d was due", e.Index, w.next)
 	}
 	w.next++
+	w.checkPruned(e)
 	if e.Err != nil {
 		w.found(Finding{Index: At(e.Index), Kind: e.Err.Kind, Detail: e.Err.Detail})
 	}

@@ -260,6 +260,9 @@ type ScannedEntry struct {
 	// Err is an IntegrityError of kind IntegrityEntryMissing or
 	// IntegrityEntryCorrupt.
 	Err *IntegrityError
+	// Pruned says the stored entry holds only its payload's hash and is
+	// not an oversize record (merkle.MarkOversize): its payload was pruned.
+	Pruned bool
 }
 
 // A batch handed to Scan's callback holds scanBatchSize entries, or fewer
@@ -467,6 +470,7 @@ func (b *scanBatch) hash(log string, i int, sc *scratch) {
 		return
 	}
 	e.LeafHash = h
+	e.Pruned = v[0]&sPruned != 0 && sc.leaf.Marks&merkle.MarkOversize == 0
 }
 
 // scratch is one scan worker's reusable decoding state.

@@ -151,6 +151,9 @@ type Config struct {
 	Checks ChecksConfig `yaml:"checks"`
 	// Witness configures witnessing, both ways (see WitnessConfig).
 	Witness WitnessConfig `yaml:"witness"`
+	// Retention prunes old payloads, keeping every proof (see
+	// RetentionConfig in retention.go).
+	Retention RetentionConfig `yaml:"retention"`
 }
 
 // ChecksConfig schedules the self-audit checkers. Each finding is kept
@@ -299,6 +302,9 @@ func (c *Config) validate() error {
 		if err := c.Kafka.Validate(); err != nil {
 			return fmt.Errorf("config: %w", err)
 		}
+	}
+	if err := c.Retention.validate(c.Derivations); err != nil {
+		return err
 	}
 	if c.KeyFile == "" {
 		c.KeyFile = c.DataDir + "/auditd.key"

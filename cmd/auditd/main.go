@@ -19,6 +19,7 @@ Usage:
   auditd prove   [flags]   verify an event's inclusion against a running server
   auditd verify  [flags]   check derived views against the ledger once (for CI)
   auditd fsck    [flags]   check a stopped daemon's ledger offline (scrub, checkpoint audit)
+  auditd prune   [flags]   delete a stopped daemon's old payloads, keeping every proof
   auditd bench             moved: go run ./cmd/auditd-bench <mode> (load generators, not in this binary)
   auditd version           print the version
 
@@ -45,6 +46,8 @@ func main() {
 		os.Exit(runVerify(args, os.Stdout, os.Stderr))
 	case "fsck":
 		os.Exit(runFsck(args, os.Stdout, os.Stderr))
+	case "prune":
+		os.Exit(runPrune(args, os.Stdout, os.Stderr))
 	case "prove":
 		os.Exit(runProve(args, os.Stdout, os.Stderr))
 	case "bench":

@@ -87,6 +87,9 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 	if err := d.startComponents(); err != nil {
 		return err
 	}
+	if err := d.startRetention(); err != nil {
+		return err
+	}
 	if err := d.startDebug(); err != nil {
 		return err
 	}

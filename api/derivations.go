@@ -24,6 +24,7 @@ var _ Derivations = (*rederive.Daemon)(nil)
 func (s *Server) derivationRoutes(r chi.Router) {
 	r.With(s.auth(false)).Get("/", s.listDerivations)
 	r.With(s.auth(false)).Get("/{name}/runs/latest", s.latestRun)
+	r.With(s.auth(false)).Get("/{name}/snapshot", s.snapshot) // snapshots.go
 	r.With(s.auth(true)).Post("/{name}/run", s.triggerRun)
 }
 

@@ -52,6 +52,10 @@ type PruneOptions struct {
 	// Rate bounds the entries pruned per second (0: no bound), so pruning
 	// a long log does not crowd out the appends.
 	Rate float64
+	// UpTo, if not zero, bounds the pruning below it as the signed
+	// checkpoint does: nothing at or past it is pruned (retention: a
+	// derivation's snapshot).
+	UpTo uint64
 	// DryRun reports what would be pruned and writes nothing.
 	DryRun bool
 	// NoCompact skips compacting the pruned range; the space of the old
@@ -125,6 +129,9 @@ func (l *Log) PrunePayloads(ctx context.Context, o PruneOptions) (PruneResult, e
 	res := PruneResult{From: wm, To: wm}
 	if cp := l.Checkpoint(); cp != nil {
 		res.Limit = cp.Size
+	}
+	if o.UpTo > 0 && o.UpTo < res.Limit {
+		res.Limit = o.UpTo
 	}
 	start := time.Now()
 	for res.To < res.Limit {

@@ -42,6 +42,7 @@ type Retention struct {
 	log       *slog.Logger
 	now       func() time.Time
 	guard     func(log string) error
+	limit     func(log string) (uint64, error)
 	pruned    *prometheus.CounterVec
 	watermark *prometheus.GaugeVec
 }
@@ -75,6 +76,14 @@ func WithRetentionClock(now func() time.Time) RetentionOption {
 // pass.
 func WithRetentionGuard(f func(log string) error) RetentionOption {
 	return func(r *Retention) { r.guard = f }
+}
+
+// WithRetentionLimit bounds each pass of a log: nothing at or past the
+// index f returns is pruned (0: nothing is); an error skips the log as
+// the guard's does. The daemon bounds a derivation's sources by its
+// snapshot, made by f.
+func WithRetentionLimit(f func(log string) (uint64, error)) RetentionOption {
+	return func(r *Retention) { r.limit = f }
 }
 
 // NewRetention returns the retention of the store's logs under policies.
@@ -161,6 +170,16 @@ func (r *Retention) pruneLog(ctx context.Context, info LogInfo, p RetentionPolic
 		return err
 	}
 	o := PruneOptions{BatchSize: r.batch, Rate: r.rate}
+	if r.limit != nil {
+		n, err := r.limit(info.Name)
+		if err != nil {
+			return fmt.Errorf("retention %s: %w", info.Name, err)
+		}
+		if n == 0 {
+			return nil
+		}
+		o.UpTo = n
+	}
 	if p.KeepEntries > 0 && info.Size > p.KeepEntries {
 		o.Before = info.Size - p.KeepEntries
 	}

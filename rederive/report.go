@@ -37,8 +37,11 @@ const (
 type Report struct {
 	Derivation string `json:"derivation"`
 	Mode       string `json:"mode"` // "full" or "incremental"
-	State      string `json:"state"`
-	ErrorKind  string `json:"error_kind,omitempty"`
+	// FromSnapshot: the full fold started from the derivation's snapshot,
+	// its sources' payloads being pruned below it.
+	FromSnapshot bool   `json:"from_snapshot,omitempty"`
+	State        string `json:"state"`
+	ErrorKind    string `json:"error_kind,omitempty"`
 	// Waiting says why a pending run judged nothing (no source log has a
 	// signed checkpoint yet).
 	Waiting   string    `json:"waiting,omitempty"`

@@ -15,6 +15,7 @@ import (
 	"github.com/auditd/auditd/rederive/fold"
 	"github.com/auditd/auditd/rederive/spec"
 	"github.com/auditd/auditd/rederive/store"
+	"golang.org/x/mod/sumdb/note"
 )
 
 // Job is a derivation to check: a compiled derivation and its spec (the
@@ -35,6 +36,8 @@ type Runner struct {
 	metrics        *Metrics
 	now            func() time.Time
 	progress       func(derivation string, done, total uint64)
+	snapshot       *Snapshot     // WithSnapshot
+	snapVerifier   note.Verifier // WithSnapshotVerifier, WithSnapshot
 }
 
 // A RunnerOption configures a Runner.
@@ -256,20 +259,25 @@ func (r *Runner) fold(ctx context.Context, rep *Report, d fold.Derivation, spans
 	if base != nil && !r.continues(ctx, base, spans, opts.Fingerprint) {
 		base = nil
 	}
+	pruned, err := r.watermarks(spans)
+	if err != nil {
+		return nil, ledgerFailure(fmt.Errorf("prune watermarks: %w", err))
+	}
+	if base != nil && !covers(base, spans, pruned) {
+		base = nil // it would fold over pruned payloads: from the snapshot
+	}
 	var res *fold.Result
-	var err error
-	if base != nil && !full {
+	if base != nil && !full && r.snapshot == nil {
 		rep.Mode = "incremental"
-		inc := make([]fold.Span, len(spans))
-		for i, s := range spans {
-			inc[i] = s
-			if p, ok := base.Pin(s.Pin.Log); ok {
-				inc[i].From = p.Size
-			}
-		}
-		res, err = fold.Fold(ctx, d, base, inc, opts)
+		res, err = fold.Fold(ctx, d, base, fromBase(base, spans), opts)
 	} else {
-		res, err = fold.Fold(ctx, d, nil, spans, opts)
+		// From zero, or from the snapshot when payloads are pruned.
+		start, f := r.snapshotBase(ctx, d, spans, opts.Fingerprint, pruned)
+		if f != nil {
+			return nil, f
+		}
+		rep.FromSnapshot = start != nil
+		res, err = fold.Fold(ctx, d, start, fromBase(start, spans), opts)
 		if err == nil && base != nil {
 			// Check the incremental path: continue the saved result to
 			// the same pins and compare it with the full fold.
@@ -282,6 +290,9 @@ func (r *Runner) fold(ctx context.Context, rep *Report, d fold.Derivation, spans
 				rep.DerivationErrors, rep.Errors = res.ErrorCount, res.Errors
 			}
 			return nil, &runFailure{ErrKindDerivation, err}
+		}
+		if errors.Is(err, fold.ErrPayloadPruned) {
+			err = fmt.Errorf("%w: %w (the ledger does not say its pruning watermark; a snapshot covering it is needed)", ErrPrunedRange, err)
 		}
 		return nil, ledgerFailure(err)
 	}
@@ -383,15 +394,8 @@ func (r *Runner) continues(ctx context.Context, base *fold.Result, spans []fold.
 // checkIncremental folds base forward to spans and returns the keys whose
 // state differs from the full fold's (nil when they agree).
 func (r *Runner) checkIncremental(ctx context.Context, d fold.Derivation, base *fold.Result, spans []fold.Span, opts fold.Options, full *fold.Result) []string {
-	inc := make([]fold.Span, len(spans))
-	for i, s := range spans {
-		inc[i] = s
-		if p, ok := base.Pin(s.Pin.Log); ok {
-			inc[i].From = p.Size
-		}
-	}
 	opts.Progress = nil
-	res, err := fold.Fold(ctx, d, base, inc, opts)
+	res, err := fold.Fold(ctx, d, base, fromBase(base, spans), opts)
 	if err != nil {
 		return nil
 	}

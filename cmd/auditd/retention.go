@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"path"
 	"time"
 
 	"github.com/auditd/auditd/ledger"
+	"github.com/auditd/auditd/rederive"
 	"github.com/auditd/auditd/rederive/spec"
 )
 
@@ -26,10 +28,13 @@ import (
 //	    - log: "payments.*"
 //	      keep_entries: 10000000
 //
-// A policy on a log that a configured derivation reads (one of its
-// sources) is refused at load, naming the derivation: the derivation
-// folds every payload of its sources from the start, and without state
-// snapshots (not implemented yet) it could not run over a pruned range.
+// A policy may cover a log that a configured derivation reads (one of its
+// sources): before each pass prunes such a log, the daemon snapshots the
+// derivation's saved state (signed, bound to its pins and the spec's
+// fingerprint) and prunes nothing at or past the snapshot's size of the
+// log, so the derivation's later runs fold on from the snapshot
+// (docs/derivations.md, "Snapshots"). A log whose derivation has no
+// saved result yet (it has not run) is not pruned until it has one.
 type RetentionConfig struct {
 	// Interval is the time between two retention passes (default 1h).
 	// A pass starts with the daemon.
@@ -58,8 +63,9 @@ type RetentionLogConfig struct {
 	KeepEntries uint64 `yaml:"keep_entries"`
 }
 
-// validate checks the policies and refuses one on a log that a derivation
-// of derivations (spec files) reads.
+// validate checks the policies, and the derivations' spec files they are
+// applied beside (a policy on a derivation's source is allowed: the
+// daemon snapshots the derivation before pruning).
 func (r *RetentionConfig) validate(derivations []string) error {
 	if len(r.Logs) == 0 {
 		return nil
@@ -78,34 +84,20 @@ func (r *RetentionConfig) validate(derivations []string) error {
 	if len(derivations) == 0 {
 		return nil
 	}
-	specs, err := spec.Load(derivations...)
-	if err != nil {
-		return err
-	}
-	for _, s := range specs {
-		for _, src := range s.Sources {
-			for _, p := range r.Logs {
-				if overlaps(p.Log, src) {
-					return fmt.Errorf("config: retention: the policy on %q would prune payloads that derivation %q reads (its source %q): "+
-						"a derivation folds its sources from the first entry, and state snapshots, which would let it start past a pruned range, "+
-						"are not implemented yet; remove the policy or the derivation", p.Log, s.Name, src)
-				}
-			}
-		}
-	}
-	return nil
+	_, err := spec.Load(derivations...)
+	return err
 }
 
 // overlaps reports whether two log names or patterns name one log: equal,
-// or one matches the other. Two patterns that only a third name matches
-// (a.* and *.b) pass here; the guard of each pass (derivationGuard) then
-// refuses to prune such a log by its actual name.
+// or one matches the other. The retention limit (snapshotLimit) and the
+// offline guard (derivationGuard) call it with a log's actual name.
 func overlaps(a, b string) bool {
 	m := func(pat, name string) bool { ok, err := path.Match(pat, name); return err == nil && ok }
 	return a == b || m(a, b) || m(b, a)
 }
 
-// derivationGuard refuses to prune a log that a derivation reads.
+// derivationGuard refuses to prune a log that a derivation reads
+// (auditd prune, offline: it runs no derivation and makes no snapshot).
 func derivationGuard(specs []*spec.Spec) func(log string) error {
 	return func(log string) error {
 		for _, s := range specs {
@@ -130,14 +122,11 @@ func (d *instance) startRetention() error {
 	for _, p := range rc.Logs {
 		ps = append(ps, ledger.RetentionPolicy{Log: p.Log, MaxAge: p.MaxAge, KeepEntries: p.KeepEntries})
 	}
-	var specs []*spec.Spec
-	if len(d.cfg.Derivations) > 0 {
-		var err error
-		if specs, err = spec.Load(d.cfg.Derivations...); err != nil {
-			return err
-		}
+	limit, err := d.snapshotLimit()
+	if err != nil {
+		return err
 	}
-	opts := []ledger.RetentionOption{ledger.WithRetentionLogger(d.log), ledger.WithRetentionGuard(derivationGuard(specs))}
+	opts := []ledger.RetentionOption{ledger.WithRetentionLogger(d.log), ledger.WithRetentionLimit(limit)}
 	if rc.Interval > 0 {
 		opts = append(opts, ledger.WithRetentionInterval(rc.Interval))
 	}
@@ -160,4 +149,61 @@ func (d *instance) startRetention() error {
 	d.onStop("stopping retention", func() { cancel(); <-done })
 	d.log.Info("retention", "policies", len(ps), "interval", rc.Interval)
 	return nil
+}
+
+// snapshotLimit returns the limit of each retention pass of a log: for a
+// log no derivation reads, its checkpoint (no bound); else the smallest
+// size at which the snapshots of the derivations reading it pin it, each
+// snapshot made now from the derivation's saved result, signed with the
+// checkpoint key. A derivation without a saved result stops the pruning
+// of its sources (0).
+func (d *instance) snapshotLimit() (func(log string) (uint64, error), error) {
+	var jobs []rederive.Job
+	if len(d.cfg.Derivations) > 0 {
+		specs, err := spec.Load(d.cfg.Derivations...)
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range specs {
+			dv, err := spec.Compile(s)
+			if err != nil {
+				return nil, err
+			}
+			jobs = append(jobs, rederive.Job{Spec: s, Derivation: dv})
+		}
+	}
+	bucket, err := d.store.Bucket("derive")
+	if err != nil {
+		return nil, err
+	}
+	return func(log string) (uint64, error) {
+		limit, bounded := uint64(0), false
+		for _, j := range jobs {
+			reads := false
+			for _, src := range j.Spec.Sources {
+				reads = reads || overlaps(src, log)
+			}
+			if !reads {
+				continue
+			}
+			snap, err := rederive.SnapshotSaved(bucket, j.Derivation, spec.Fingerprint(j.Spec), d.key.signer)
+			if err != nil {
+				return 0, fmt.Errorf("snapshot of derivation %q: %w", j.Spec.Name, err)
+			}
+			n := uint64(0)
+			if snap != nil {
+				n = snap.Size(log)
+			}
+			if n == 0 {
+				d.log.Info("retention: not pruned until derivation has a snapshot", "log", log, "derivation", j.Spec.Name)
+			}
+			if !bounded || n < limit {
+				limit, bounded = n, true
+			}
+		}
+		if !bounded {
+			return math.MaxUint64, nil
+		}
+		return limit, nil
+	}, nil
 }

@@ -38,7 +38,7 @@ type verifyFlags struct {
 	jsonOut, junitOut, mdOut                   string
 	workers                                    int
 	timeout                                    time.Duration
-	quiet                                      bool
+	quiet, fromSnapshot                        bool
 	wp                                         witnessPolicyFlags // witness.go
 }
 
@@ -75,6 +75,7 @@ func parseVerifyFlags(args []string, stderr io.Writer) (f verifyFlags, help bool
 	fs.IntVar(&f.workers, "workers", 0, "fold workers (default: the number of CPUs)")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Minute, "overall time limit")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar and no logs on stderr")
+	fs.BoolVar(&f.fromSnapshot, "from-snapshot", false, "with --server: start each derivation from the snapshot the server publishes, checked against --verifier-key (verify_snapshot.go)")
 	bindWitnessPolicyFlags(fs, &f.wp) // witness.go; with --server only
 	fs.Usage = func() {
 		fmt.Fprint(stderr, verifyUsage)
@@ -88,6 +89,9 @@ func parseVerifyFlags(args []string, stderr io.Writer) (f verifyFlags, help bool
 	}
 	if (f.dataDir == "") == (f.server == "") {
 		return f, false, errors.New("give exactly one of --data-dir and --server")
+	}
+	if f.fromSnapshot && f.server == "" {
+		return f, false, errors.New("--from-snapshot needs --server")
 	}
 	return f, false, nil
 }
@@ -131,7 +135,13 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 		rederive.WithProgress(bar.update))
 	var reports []*rederive.Report
 	for _, j := range jobs {
-		rep, err := runner.Run(ctx, j, true)
+		jr := runner
+		if f.fromSnapshot {
+			if jr, err = snapshotRunner(ctx, f, lg, j, logger, bar.update); err != nil {
+				return fail(exitError, "%s: %v", j.Derivation.Name(), err)
+			}
+		}
+		rep, err := jr.Run(ctx, j, true)
 		bar.done()
 		if err != nil {
 			return fail(exitError, "%s: %v", j.Derivation.Name(), err)

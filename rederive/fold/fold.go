@@ -93,6 +93,11 @@ type EventError struct {
 	Err   string `json:"error"`
 }
 
+// ErrPayloadPruned is wrapped by the error of a fold that reads an entry
+// whose payload retention pruned: it folds from a snapshot past the
+// pruned range instead (package rederive).
+var ErrPayloadPruned = errors.New("payload pruned after retention")
+
 // ErrBudget is returned when a fold's derivation errors exceed its error
 // budget.
 var ErrBudget = errors.New("rederive: error budget exceeded")

@@ -180,8 +180,9 @@ func (p *pipeline) prepare(ctx context.Context, j job) (*batch, error) {
 		}
 		next++
 		if r.PayloadPruned {
-			b.errs = append(b.errs, foldError{EventError: EventError{Log: log, Index: r.Index, Err: "payload pruned after retention"}, pos: -1})
-			return nil
+			// Never a derivation error the budget absorbs: the fold
+			// would silently leave the entry out.
+			return fmt.Errorf("%w: %s entry %d", ErrPayloadPruned, log, r.Index)
 		}
 		key, src, payload := r.Leaf.Key, r.Leaf.Source, r.Payload
 		if !owned {

@@ -249,6 +249,21 @@ func LoadResult(b *ledger.Bucket, d Derivation) (*Result, error) {
 	return r, nil
 }
 
+// SavedPins returns the fingerprint and pins of the result saved for the
+// named derivation in b, reading its meta only, or an error wrapping
+// ledger.ErrNotFound when there is none.
+func SavedPins(b *ledger.Bucket, name string) (string, []Pin, error) {
+	v, err := b.Get(stateMetaKey(name))
+	if err != nil {
+		return "", nil, fmt.Errorf("rederive: load %s: %w", name, err)
+	}
+	m, err := decodeStateMeta(v)
+	if err != nil {
+		return "", nil, fmt.Errorf("rederive: load %s: corrupt meta: %w", name, err)
+	}
+	return m.Fingerprint, m.Pins, nil
+}
+
 var errStateRecord = errors.New("corrupt state record")
 
 func decodeStateRecord(d Derivation, pins []Pin, v []byte) (State, EventRef, bool, error) {

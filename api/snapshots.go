@@ -1,0 +1,49 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/auditd/auditd/ledger"
+	"github.com/auditd/auditd/rederive"
+)
+
+// Snapshots is what the API needs to publish derivations' snapshots; the
+// Derivations of Options implement it when they keep snapshots.
+type Snapshots interface {
+	// Snapshot returns the named derivation's newest snapshot: an error
+	// wrapping rederive.ErrUnknownDerivation for no such derivation, or
+	// ledger.ErrNotFound when it has none.
+	Snapshot(name string) (*rederive.Snapshot, error)
+}
+
+var _ Snapshots = (*rederive.Daemon)(nil)
+
+// snapshot serves GET /v1/derivations/{name}/snapshot: the snapshot's
+// header, its signed note and its state (docs/api.md).
+func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) {
+	d, ok := s.derivations(w)
+	if !ok {
+		return
+	}
+	name := chi.URLParam(r, "name")
+	sn, ok := d.(Snapshots)
+	if !ok {
+		writeError(w, http.StatusNotFound, "no_snapshot", "this auditd keeps no snapshots", nil)
+		return
+	}
+	snap, err := sn.Snapshot(name)
+	switch {
+	case errors.Is(err, rederive.ErrUnknownDerivation):
+		writeError(w, http.StatusNotFound, "unknown_derivation", "no derivation named "+strconv.Quote(name), nil)
+	case errors.Is(err, ledger.ErrNotFound):
+		writeError(w, http.StatusNotFound, "no_snapshot", "derivation "+strconv.Quote(name)+" has no snapshot (one is made before its sources are pruned)", nil)
+	case err != nil:
+		s.writeErr(w, r, err)
+	default:
+		writeJSON(w, http.StatusOK, snap)
+	}
+}

@@ -74,7 +74,8 @@ func (s *Server) getLog(w http.ResponseWriter, r *http.Request) {
 		Error      string         `json:"error,omitempty"`
 		// ReadOnly says why the log takes no appends: it was opened
 		// read-only (--rollback-read-only) behind a checkpoint it signed.
-		ReadOnly string `json:"read_only,omitempty"`
+		ReadOnly  string `json:"read_only,omitempty"`
+		Witnesses any    `json:"witnesses,omitempty"`
 	}{logOut: logOut{Name: li.Name, Size: li.Size, RootHash: li.Root}, Origin: l.Origin()}
 	if f := s.opts.SourceStatus; f != nil {
 		if st, ok := f(li.Name); ok {
@@ -90,6 +91,7 @@ func (s *Server) getLog(w http.ResponseWriter, r *http.Request) {
 	if err := l.ReadOnly(); err != nil {
 		out.ReadOnly = err.Error()
 	}
+	out.Witnesses = s.witnessStatus(l)
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -348,7 +350,7 @@ func (s *Server) getCheckpoint(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-cache")
-	w.Write(cp.Note)
+	w.Write(s.cosigned(l, cp))
 }
 
 func (s *Server) listCheckpoints(w http.ResponseWriter, r *http.Request) {

@@ -75,6 +75,9 @@ type Options struct {
 	// Ready, if set, is asked by /readyz: an error means not ready (for
 	// example a Kafka source that cannot reach its brokers).
 	Ready func() error
+	// Witnessing, if set, adds the witness parts: POST /add-checkpoint,
+	// cosignatures on checkpoints, witness status (see api/witness.go).
+	Witnessing Witnessing
 }
 
 // Server serves the API for one store.
@@ -155,6 +158,7 @@ func (s *Server) routes() http.Handler {
 	})
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
+	s.witnessRoutes(r)
 	if s.opts.Metrics != nil {
 		// Metrics name every log: behind the read token when there is one.
 		r.With(s.auth(false)).Method(http.MethodGet, "/metrics", s.opts.Metrics)

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/auditd/auditd/merkle"
+	"github.com/auditd/auditd/witness"
 )
 
 // ErrVerification marks a failed check: a bad signature, a leaf that does
@@ -37,6 +38,7 @@ type Client struct {
 	http     *http.Client
 	verifier note.Verifier
 	token    string
+	policy   *witness.Policy // witness.go
 }
 
 // Option configures a Client.
@@ -124,6 +126,9 @@ func (c *Client) Checkpoint(ctx context.Context, log string) (merkle.Checkpoint,
 		return merkle.Checkpoint{}, nil, err
 	}
 	cp, err := c.OpenCheckpoint(b, log)
+	if err == nil {
+		err = c.checkWitnesses(b, log) // witness.go
+	}
 	return cp, b, err
 }
 

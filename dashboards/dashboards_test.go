@@ -21,6 +21,9 @@ import (
 	"github.com/auditd/auditd/internal/buildinfo"
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/rederive"
+	"github.com/auditd/auditd/witness"
+	wserver "github.com/auditd/auditd/witness/server"
+	"github.com/auditd/auditd/witness/submit"
 )
 
 // exported returns the names of every series auditd's components export,
@@ -80,6 +83,8 @@ func exportedBy(t *testing.T) map[string]map[string]bool {
 		"peers":         peers.Collectors(),
 		"kafka re-read": reread.Collectors(),
 		"build":         {buildinfo.Read().Collector()},
+		"witnesses":     witnessCollectors(t, kv),
+		"retention":     ledger.NewRetention(store, nil).Collectors(),
 	}
 	out := map[string]map[string]bool{}
 	re := regexp.MustCompile(`fqName: "([^"]+)"`)
@@ -196,4 +201,18 @@ func TestAlertRuleMetricsExist(t *testing.T) {
 	if checkRefs(t, "alerts.yml", strings.Join(exprs, "\n"), names) == 0 {
 		t.Fatal("the alert rules query no auditd metric")
 	}
+}
+
+func witnessCollectors(t *testing.T, kv *ledger.Bucket) []prometheus.Collector {
+	wkey, _, _ := witness.GenerateKey(rand.Reader, "w.example")
+	c, _ := witness.ParseKey(wkey)
+	srv, err := wserver.New(kv, c, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := submit.New(func() []submit.Log { return nil }, nil, submit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(srv.Collectors(), sub.Collectors()...)
 }

@@ -116,7 +116,7 @@ func TestKeygen(t *testing.T) {
 	if st.Mode().Perm() != 0o600 {
 		t.Errorf("key file mode %v, want 0600", st.Mode().Perm())
 	}
-	k, created, err := loadOrCreateKey(out, "ignored")
+	k, created, err := loadOrCreateKey(out, "") // an origin other than the key's is refused: TestDefaultOriginUnique
 	if err != nil || created {
 		t.Fatalf("loading the key: created %v, %v", created, err)
 	}

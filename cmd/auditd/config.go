@@ -44,7 +44,9 @@ type Config struct {
 	// refuses such a key. Default false.
 	AllowInsecureKeyFile bool `yaml:"allow_insecure_key_file"`
 	// Origin names a generated key; checkpoints of log L carry the origin
-	// "<key name>/L". Default "auditd.local".
+	// "<key name>/L". Default: "<host>-<key hash>", unique to the key and
+	// stored in it, so a data dir keeps its origin (docs/witness.md). An
+	// existing key keeps the name it has.
 	Origin string `yaml:"origin"`
 	// CheckpointInterval is the least time between two checkpoints of one
 	// log; a log that grew is signed at most this often. Default 100ms.
@@ -147,6 +149,8 @@ type Config struct {
 	// Checks schedules the self-audit the daemon runs over its own ledger
 	// (docs/checkers.md): the ledger scrub and the checkpoint audit.
 	Checks ChecksConfig `yaml:"checks"`
+	// Witness configures witnessing, both ways (see WitnessConfig).
+	Witness WitnessConfig `yaml:"witness"`
 	// Retention prunes old payloads, keeping every proof (see
 	// RetentionConfig in retention.go).
 	Retention RetentionConfig `yaml:"retention"`
@@ -215,7 +219,7 @@ type WebhookConfig struct {
 func defaultConfig() Config {
 	t := true
 	return Config{
-		DataDir: "./auditd-data", Listen: "127.0.0.1:8080", Origin: "auditd.local",
+		DataDir: "./auditd-data", Listen: "127.0.0.1:8080",
 		CheckpointInterval: 100 * time.Millisecond, MaxBatch: 16384, CacheBytes: 128 << 20,
 		CreateLogs: &t, MaxBodyBytes: 32 << 20, MaxEvents: 100_000, MaxPayloadBytes: 1 << 20,
 		MaxConcurrentWrites: 16, WaitTimeout: 30 * time.Second, BodyTimeout: 30 * time.Second, MaxLogs: 10_000, MaxMetricLogs: 1000, ShutdownTimeout: 10 * time.Second,

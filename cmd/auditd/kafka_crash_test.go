@@ -798,7 +798,7 @@ var kafkaLedgerKeys = map[*ledger.Store]*signingKey{}
 // openLedger opens a stopped daemon's data directory with its own key.
 func openLedger(t *testing.T, dir string) *ledger.Store {
 	t.Helper()
-	k, _, err := loadOrCreateKey(filepath.Join(dir, "auditd.key"), "unused")
+	k, _, err := loadOrCreateKey(filepath.Join(dir, "auditd.key"), "")
 	if err != nil {
 		t.Fatal(err)
 	}

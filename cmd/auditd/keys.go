@@ -2,7 +2,6 @@ package main
 
 import (
 	"crypto/ed25519"
-	"crypto/rand"
 	"encoding/base64"
 	"errors"
 	"flag"
@@ -41,11 +40,14 @@ func loadOrCreateKey(path, name string) (*signingKey, bool, error) {
 	if err != nil {
 		return nil, false, fmt.Errorf("signing key %s: %w", path, err)
 	}
+	if err := checkOrigin(k, name); err != nil { // origin.go
+		return nil, false, fmt.Errorf("signing key %s: %w", path, err)
+	}
 	return k, created, nil
 }
 
 func writeNewKey(path, name string) error {
-	skey, vkey, err := note.GenerateKey(rand.Reader, name)
+	skey, vkey, err := generateNoteKey(name) // name "" picks a unique one (origin.go)
 	if err != nil {
 		return fmt.Errorf("generate key %q: %w", name, err)
 	}
@@ -108,7 +110,7 @@ func verifierFromPrivate(skey string) (string, error) {
 
 func runKeygen(args []string) error {
 	fset := flag.NewFlagSet("keygen", flag.ContinueOnError)
-	name := fset.String("name", "auditd.local", "key name; checkpoints of log L carry the origin NAME/L")
+	name := fset.String("name", "", "key name; checkpoints of log L carry the origin NAME/L (default: HOST-KEYHASH, unique to the key)")
 	out := fset.String("out", "auditd.key", "private key file to create (mode 0600); the verifier key goes to OUT.pub")
 	fset.Usage = func() {
 		fmt.Fprintf(fset.Output(), "Usage: auditd keygen [-name NAME] [-out FILE]\n\nCreates an Ed25519 checkpoint signing key and prints its verifier key.\n\n")

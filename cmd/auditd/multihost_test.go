@@ -411,7 +411,7 @@ func mhAgreed(t *testing.T, ctx context.Context, c, peer *mhHost, limit time.Dur
 // closes it.
 func mhOpen(t *testing.T, dir string) *ledger.Store {
 	t.Helper()
-	k, _, err := loadOrCreateKey(filepath.Join(dir, "auditd.key"), "unused")
+	k, _, err := loadOrCreateKey(filepath.Join(dir, "auditd.key"), "") // the key's own name
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,6 +29,7 @@ type proveFlags struct {
 	server, log, id, vkey, vkeyFile, prev, save, token string
 	index                                              int64
 	timeout                                            time.Duration
+	wp                                                 witnessPolicyFlags // witness.go
 }
 
 // proveFailure is a prove that did not verify, with its exit code.
@@ -55,6 +56,7 @@ func runProve(args []string, stdout, stderr io.Writer) int {
 	fset.StringVar(&f.save, "save-checkpoint", "", "write the verified checkpoint to this file")
 	fset.StringVar(&f.token, "token", os.Getenv("AUDITD_READ_TOKEN"), "bearer token if the server protects reads")
 	fset.DurationVar(&f.timeout, "timeout", 30*time.Second, "overall time limit")
+	bindWitnessPolicyFlags(fset, &f.wp)
 	fset.Usage = func() {
 		fmt.Fprint(stderr, proveUsage)
 		fset.PrintDefaults()
@@ -108,7 +110,11 @@ func prove(f proveFlags, stdout io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 	defer cancel()
-	c := client.New(f.server, v).WithToken(f.token)
+	wopts, err := f.wp.options()
+	if err != nil {
+		return err
+	}
+	c := client.New(f.server, v, wopts...).WithToken(f.token)
 	checked := func(err error) error {
 		if errors.Is(err, client.ErrVerification) {
 			return proveFailure{1, err}

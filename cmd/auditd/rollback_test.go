@@ -279,7 +279,7 @@ func TestServeRollback(t *testing.T) {
 
 	// No checkpoint ever served is a fork: each verifies and its root is
 	// the independent tree's at its size.
-	checkNoFork(t, verifier, "auditd.local/"+log, served, leaves)
+	checkNoFork(t, verifier, verifier.Name()+"/"+log, served, leaves)
 }
 
 func lastLine(s string) string {

@@ -93,6 +93,9 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 	if err := d.startDebug(); err != nil {
 		return err
 	}
+	if err := d.startWitnessing(); err != nil { // witness.go
+		return err
+	}
 	srv := api.New(d.store, d.key.vkey, d.opts)
 	for _, c := range srv.Collectors() {
 		d.metrics.MustRegister(c)

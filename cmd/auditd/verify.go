@@ -39,6 +39,7 @@ type verifyFlags struct {
 	workers                                              int
 	timeout                                              time.Duration
 	quiet, fromSnapshot                                  bool
+	wp                                                   witnessPolicyFlags // witness.go
 }
 
 const verifyUsage = `Usage: auditd verify --config FILE (--data-dir DIR | --server URL --verifier-key KEY) [flags]
@@ -76,6 +77,7 @@ func parseVerifyFlags(args []string, stderr io.Writer) (f verifyFlags, help bool
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Minute, "overall time limit")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar and no logs on stderr")
 	fs.BoolVar(&f.fromSnapshot, "from-snapshot", false, "with --server: start each derivation from the snapshot the server publishes, checked against --verifier-key (verify_snapshot.go)")
+	bindWitnessPolicyFlags(fs, &f.wp) // witness.go; with --server only
 	fs.Usage = func() {
 		fmt.Fprint(stderr, verifyUsage)
 		fs.PrintDefaults()
@@ -200,6 +202,13 @@ func verifyJobs(config, only string) ([]rederive.Job, error) {
 // verifyLedger is the ledger verify reads: the remote server's, checked
 // against the verifier key, or the data dir's.
 func verifyLedger(f verifyFlags, logger *slog.Logger) (rederive.Ledger, func(), error) {
+	wopts, err := f.wp.options()
+	if err == nil && f.server == "" && len(wopts) > 0 {
+		err = errors.New("--witness-key needs --server: a data dir holds no cosignatures")
+	}
+	if err != nil {
+		return nil, nil, err
+	}
 	if f.server == "" {
 		store, err := openLedgerForVerify(f.dataDir, logger)
 		if err != nil {
@@ -218,7 +227,7 @@ func verifyLedger(f verifyFlags, logger *slog.Logger) (rederive.Ledger, func(), 
 	if err != nil {
 		return nil, nil, fmt.Errorf("verifier key: %w", err)
 	}
-	return &rederive.RemoteLedger{Client: client.New(strings.TrimRight(f.server, "/"), v).WithToken(f.token)}, func() {}, nil
+	return &rederive.RemoteLedger{Client: client.New(strings.TrimRight(f.server, "/"), v, wopts...).WithToken(f.token)}, func() {}, nil
 }
 
 // writeVerifyReports writes the JSON, JUnit and Markdown reports asked for.

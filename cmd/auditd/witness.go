@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/mod/sumdb/note"
+
+	"github.com/auditd/auditd/api"
+	"github.com/auditd/auditd/client"
+	"github.com/auditd/auditd/ledger"
+	"github.com/auditd/auditd/witness"
+	"github.com/auditd/auditd/witness/server"
+	"github.com/auditd/auditd/witness/submit"
+)
+
+// WitnessConfig is the witness: section (docs/witness.md).
+type WitnessConfig struct {
+	// Logs are the logs this auditd witnesses (serving POST
+	// /add-checkpoint): each origin with the verifier key (a signed-note
+	// Ed25519 key) its checkpoints are signed with.
+	Logs []WitnessedLog `yaml:"logs"`
+	// Witnesses are the witnesses this auditd's logs submit their
+	// checkpoints to; GET /v1/logs/{log}/checkpoint serves the
+	// cosignatures they return.
+	Witnesses []WitnessEndpoint `yaml:"witnesses"`
+	// KeyFile is this auditd's cosigning key as a witness (a
+	// cosignature/v1 key, separate from the checkpoint key), generated
+	// with mode 0600 if it does not exist, its verifier key in
+	// KeyFile.pub. Default DataDir/witness.key.
+	KeyFile string `yaml:"key_file"`
+	// Name names a generated witness key (the name on its cosignature
+	// lines). Default "<checkpoint key name>/witness".
+	Name string `yaml:"name"`
+}
+
+// WitnessedLog is a log this auditd witnesses.
+type WitnessedLog struct {
+	Origin      string `yaml:"origin"`
+	VerifierKey string `yaml:"verifier_key"`
+}
+
+// WitnessEndpoint is a witness of this auditd's logs.
+type WitnessEndpoint struct {
+	// URL is the witness's base URL (add-checkpoint is URL/add-checkpoint).
+	URL string `yaml:"url"`
+	// VerifierKey is its cosignature/v1 verifier key.
+	VerifierKey string `yaml:"verifier_key"`
+}
+
+// startWitnessing sets up both witness roles the config asks for, filling
+// in the API's options; the submitter stops before the ledger closes.
+func (d *instance) startWitnessing() error {
+	stop, err := startWitnessing(d.store, d.cfg, d.key.signer.Name(), &d.opts, d.metrics, d.log)
+	if err != nil {
+		return err
+	}
+	if stop != nil {
+		d.onStop("stopping the witness submissions", stop)
+	}
+	return nil
+}
+
+// startWitnessing sets up the add-checkpoint endpoint and the submitter of
+// this auditd's checkpoints. stop ends the submitter (nil without one).
+func startWitnessing(store *ledger.Store, cfg Config, keyName string, opts *api.Options, reg prometheus.Registerer, logger *slog.Logger) (stop func(), err error) {
+	wc := cfg.Witness
+	if len(wc.Logs) > 0 {
+		srv, vkey, err := newWitnessServer(store, cfg, keyName, logger)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range srv.Collectors() {
+			reg.MustRegister(c)
+		}
+		opts.Witnessing.AddCheckpoint = srv
+		logger.Info("witnessing logs", "logs", len(wc.Logs), "witness_verifier_key", vkey)
+	}
+	if len(wc.Witnesses) == 0 {
+		return nil, nil
+	}
+	var ws []submit.Witness
+	for i, w := range wc.Witnesses {
+		v, err := witness.NewVerifier(strings.TrimSpace(w.VerifierKey))
+		if err != nil {
+			return nil, fmt.Errorf("config: witness.witnesses[%d]: %w", i, err)
+		}
+		ws = append(ws, submit.Witness{URL: w.URL, Verifier: v})
+	}
+	logs := func() []submit.Log {
+		var out []submit.Log
+		for _, li := range store.Logs() {
+			if l, err := store.Log(li.Name); err == nil {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	sub, err := submit.New(logs, ws, submit.Options{Logger: logger})
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	for _, c := range sub.Collectors() {
+		reg.MustRegister(c)
+	}
+	opts.Witnessing.Cosigned = sub.Cosigned
+	opts.Witnessing.Status = func(log string, size uint64) any { return sub.Status(log, size) }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); sub.Run(ctx) }()
+	return func() { cancel(); <-done }, nil
+}
+
+func newWitnessServer(store *ledger.Store, cfg Config, keyName string, logger *slog.Logger) (*server.Server, string, error) {
+	wc := cfg.Witness
+	var logs []server.Log
+	for i, l := range wc.Logs {
+		v, err := note.NewVerifier(strings.TrimSpace(l.VerifierKey))
+		if err != nil {
+			return nil, "", fmt.Errorf("config: witness.logs[%d] (%s): verifier key: %w", i, l.Origin, err)
+		}
+		logs = append(logs, server.Log{Origin: l.Origin, Verifier: v})
+	}
+	path, name := wc.KeyFile, wc.Name
+	if path == "" {
+		path = filepath.Join(cfg.DataDir, "witness.key")
+	}
+	if name == "" {
+		name = keyName + "/witness"
+	}
+	cosigner, err := loadOrCreateWitnessKey(path, name)
+	if err != nil {
+		return nil, "", err
+	}
+	b, err := store.Bucket("witness")
+	if err != nil {
+		return nil, "", err
+	}
+	srv, err := server.New(b, cosigner, logs, logger)
+	if err != nil {
+		return nil, "", fmt.Errorf("config: %w", err)
+	}
+	return srv, cosigner.VerifierKey(), nil
+}
+
+// loadOrCreateWitnessKey reads the cosigning key at path, or creates it
+// (mode 0600, the verifier key in path+".pub").
+func loadOrCreateWitnessKey(path, name string) (*witness.Cosigner, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		skey, vkey, gerr := witness.GenerateKey(rand.Reader, name)
+		if gerr != nil {
+			return nil, gerr
+		}
+		if err := writeKeyFiles(path, skey, vkey); err != nil {
+			return nil, fmt.Errorf("witness key: %w", err)
+		}
+		b, err = []byte(skey), nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("witness key: %w", err)
+	}
+	k, err := witness.ParseKey(strings.TrimSpace(string(b)))
+	if err != nil {
+		return nil, fmt.Errorf("witness key %s: %w", path, err)
+	}
+	return k, nil
+}
+
+func writeKeyFiles(path, skey, vkey string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(skey + "\n"); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.WriteFile(path+".pub", []byte(vkey+"\n"), 0o644)
+}
+
+// witnessPolicyFlags are the witness policy flags of prove and verify.
+type witnessPolicyFlags struct {
+	keys      []string
+	threshold int
+}
+
+func bindWitnessPolicyFlags(fs *flag.FlagSet, f *witnessPolicyFlags) {
+	fs.Func("witness-key", "cosignature/v1 verifier key of a witness the checkpoint must be cosigned by (repeatable; @FILE reads it from a file)", func(s string) error {
+		if strings.HasPrefix(s, "@") {
+			b, err := os.ReadFile(s[1:])
+			if err != nil {
+				return err
+			}
+			s = strings.TrimSpace(string(b))
+		}
+		f.keys = append(f.keys, s)
+		return nil
+	})
+	fs.IntVar(&f.threshold, "witness-threshold", 0, "how many of the --witness-key witnesses must have cosigned (default: all)")
+}
+
+// options returns the client option of the policy, if any was given.
+func (f *witnessPolicyFlags) options() ([]client.Option, error) {
+	if len(f.keys) == 0 {
+		if f.threshold != 0 {
+			return nil, errors.New("--witness-threshold needs --witness-key")
+		}
+		return nil, nil
+	}
+	p, err := witness.NewPolicy(f.threshold, f.keys...)
+	if err != nil {
+		return nil, err
+	}
+	return []client.Option{client.WithWitnessPolicy(p)}, nil
+}

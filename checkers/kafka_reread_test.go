@@ -114,17 +114,17 @@ func (e *kafkaEnv) recreate(recs []*kgo.Record) {
 
 func (e *kafkaEnv) start() {
 	e.t.Helper()
-	k, err := ingest.NewKafka(e.store, e.cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	s := &runningSource{k: k, done: make(chan error, 1), vs: make(chan ingest.Violation, 16)}
-	k.OnViolation = func(v ingest.Violation) {
+	s := &runningSource{done: make(chan error, 1), vs: make(chan ingest.Violation, 16)}
+	k, err := ingest.NewKafka(e.store, e.cfg, slog.New(slog.DiscardHandler), ingest.WithViolationHandler(func(v ingest.Violation) {
 		select {
 		case s.vs <- v:
 		default:
 		}
+	}))
+	if err != nil {
+		e.t.Fatal(err)
 	}
+	s.k = k
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	go func() { s.done <- k.Run(ctx) }()

@@ -50,8 +50,8 @@ type Kafka struct {
 	// restart asks Run for a new consuming client; it carries why.
 	restart chan string
 
-	// OnViolation, if set before Run, is told of each integrity violation.
-	OnViolation func(Violation)
+	// onViolation is told of each integrity violation (WithViolationHandler).
+	onViolation func(Violation)
 
 	mu    sync.Mutex
 	parts map[string]*partition // by log name, while assigned
@@ -74,8 +74,19 @@ type Kafka struct {
 	stalled []stall
 }
 
+// A KafkaOption configures a Kafka source.
+type KafkaOption func(*Kafka)
+
+// WithViolationHandler has f told of each integrity violation the source
+// finds (offset conflicts, a recreated topic). It is set before the client
+// exists: a violation found at the first assignment, which can come before
+// Run, is not lost.
+func WithViolationHandler(f func(Violation)) KafkaOption {
+	return func(k *Kafka) { k.onViolation = f }
+}
+
 // NewKafka returns a Kafka source feeding store. Run starts it.
-func NewKafka(store *ledger.Store, cfg KafkaConfig, logger *slog.Logger) (*Kafka, error) {
+func NewKafka(store *ledger.Store, cfg KafkaConfig, logger *slog.Logger, options ...KafkaOption) (*Kafka, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -85,6 +96,9 @@ func NewKafka(store *ledger.Store, cfg KafkaConfig, logger *slog.Logger) (*Kafka
 	}
 	k := &Kafka{cfg: cfg, store: store, log: logger, m: newKafkaMetrics(), parts: map[string]*partition{}, hwm: map[string]int64{}, reread: map[string]bool{}, failed: map[string]error{},
 		status: errors.New("kafka: not connected yet"), restart: make(chan string, 1), outSince: time.Now()}
+	for _, o := range options {
+		o(k)
+	}
 	conn, err := cfg.ClientOpts(logger)
 	if err != nil {
 		return nil, err

@@ -259,18 +259,20 @@ type source struct {
 // test. Violations are collected.
 func startSource(t *testing.T, store *ledger.Store, cfg ingest.KafkaConfig) *source {
 	t.Helper()
-	k, err := ingest.NewKafka(store, cfg, testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &source{t: t, k: k, reg: prometheus.NewRegistry(), done: make(chan error, 1)}
-	for _, c := range k.Collectors() {
-		s.reg.MustRegister(c)
-	}
-	k.OnViolation = func(v ingest.Violation) {
+	s := &source{t: t, reg: prometheus.NewRegistry(), done: make(chan error, 1)}
+	// The handler is given at construction: the client joins the group
+	// and may assign (and find a violation) before Run.
+	k, err := ingest.NewKafka(store, cfg, testLogger(t), ingest.WithViolationHandler(func(v ingest.Violation) {
 		s.mu.Lock()
 		s.violations = append(s.violations, v)
 		s.mu.Unlock()
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.k = k
+	for _, c := range k.Collectors() {
+		s.reg.MustRegister(c)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel

@@ -222,7 +222,7 @@ func (p *partition) violation(r *kgo.Record, pos *Position, index uint64, detail
 	pos.addConflict(Conflict{Offset: r.Offset, Index: index, LeafHash: h.String()})
 	p.conflicts.Inc()
 	p.k.log.Error("integrity violation: kafka record differs from the ledger", "log", p.name, "offset", r.Offset, "index", index, "detail", detail)
-	if f := p.k.OnViolation; f != nil {
+	if f := p.k.onViolation; f != nil {
 		f(Violation{Log: p.name, Kind: "offset_conflict", Offset: r.Offset, Index: index, LeafHash: h, Detail: detail})
 	}
 }

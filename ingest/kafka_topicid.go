@@ -90,7 +90,7 @@ func (k *Kafka) checkTopicID(p *partition, current string) error {
 func (k *Kafka) topicViolation(log string, next int64, detail string) {
 	k.m.recreated.WithLabelValues(log).Inc()
 	k.log.Error("integrity violation: kafka topic deleted and recreated", "log", log, "detail", detail)
-	if f := k.OnViolation; f != nil {
+	if f := k.onViolation; f != nil {
 		f(Violation{Log: log, Kind: ledger.IntegritySourceRecreated, Offset: next, Detail: detail})
 	}
 }

@@ -239,15 +239,15 @@ func (d *instance) startKafka() error {
 		return nil
 	}
 	kcfg := cfg.kafkaConfig(d.key.vkey)
-	kafka, err := ingest.NewKafka(d.store, kcfg, logger)
+	alerts := d.alerts
+	kafka, err := ingest.NewKafka(d.store, kcfg, logger,
+		ingest.WithViolationHandler(func(v ingest.Violation) { raiseViolation(alerts, v, logger) }))
 	if err != nil {
 		return err
 	}
 	for _, c := range kafka.Collectors() {
 		d.metrics.MustRegister(c)
 	}
-	alerts := d.alerts
-	kafka.OnViolation = func(v ingest.Violation) { raiseViolation(alerts, v, logger) }
 	kctx, cancel := context.WithCancel(context.Background())
 	done := d.goComponent("kafka source", func() error { return kafkaRun(kafka, kctx) })
 	// The source finishes its batches in hand and commits group offsets

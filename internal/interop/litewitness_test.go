@@ -211,8 +211,8 @@ func vkeyLine(line string) (string, bool) {
 // waits for it to answer HTTP. It is interrupted when the test ends.
 func startLitewitness(t testing.TB, name string) *litewitness {
 	t.Helper()
+	k := startAgent(t) // first: it skips without OpenSSH
 	bin, ctl := lwBinaries(t)
-	k := startAgent(t)
 	cs, err := torchwood.NewCosignatureSigner(name, k.priv)
 	if err != nil {
 		t.Fatal(err)

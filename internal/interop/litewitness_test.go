@@ -110,7 +110,10 @@ func startAgent(t testing.TB) lwKey {
 	listening := make(chan struct{}, 1)
 	out := &lineWriter{match: func(line string) {
 		if strings.HasPrefix(line, "SSH_AUTH_SOCK=") { // printed once its socket listens
-			listening <- struct{}{}
+			select {
+			case listening <- struct{}{}:
+			default:
+			}
 		}
 	}}
 	agent.Stdout, agent.Stderr = out, out

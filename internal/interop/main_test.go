@@ -10,7 +10,7 @@ import (
 )
 
 // TestMain quiets klog, through which tessera's client and fsck log every
-// step, and closes the benchmark's log.
+// step, closes the benchmark's log and removes the litewitness build.
 func TestMain(m *testing.M) {
 	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(fs)
@@ -20,5 +20,6 @@ func TestMain(m *testing.M) {
 	klog.SetOutput(io.Discard)
 	code := m.Run()
 	closeBench()
+	removeLWBinaries()
 	os.Exit(code)
 }

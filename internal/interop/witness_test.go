@@ -4,18 +4,12 @@ package interop_test
 // witness/submit) with other projects' implementations of
 // c2sp.org/tlog-witness and c2sp.org/tlog-cosignature:
 //
-//   - filippo.io/torchwood v0.6.1: its cosignature/v1 signer and verifier
-//     and its checkpoint parser, as a module; and its witness
-//     (internal/witness, the core of cmd/litewitness). litewitness does not
-//     build here (zombiezen.com/go/sqlite and golang.org/x/net at the
-//     versions it needs are not in the module cache, and nothing may be
-//     downloaded), and internal/witness cannot be imported, so twWitness
-//     below is that file's add-checkpoint logic transcribed (BSD-style
-//     licence, Copyright 2023 The Go Authors and The Torchwood Authors),
-//     its SQLite tables replaced by a map, signing with torchwood's own
-//     CosignatureSigner and checking consistency with
-//     golang.org/x/mod/sumdb/tlog, not with the transparency-dev/merkle
-//     code auditd uses.
+//   - filippo.io/torchwood v0.6.1: its witness, cmd/litewitness, built from
+//     the module (a tool of this module, see go.mod) and run as a process
+//     on loopback, configured with its cmd/witnessctl, its Ed25519 key in a
+//     dedicated OpenSSH ssh-agent and its state in SQLite
+//     (litewitness_test.go); and, as a module, its cosignature/v1 signer
+//     and verifier, its checkpoint parser and CosignatureTimestamp.
 //   - github.com/transparency-dev/formats v0.1.1: its cosignature/v1
 //     verifier (note.NewVerifierForCosignatureV1, from the vkey text
 //     alone) and its witness policy (witness.NewGroup).
@@ -26,16 +20,12 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -43,7 +33,6 @@ import (
 	fnote "github.com/transparency-dev/formats/note"
 	fwitness "github.com/transparency-dev/formats/witness"
 	"golang.org/x/mod/sumdb/note"
-	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/auditd/auditd/internal/ledgertest"
 	"github.com/auditd/auditd/ledger"
@@ -51,145 +40,6 @@ import (
 	"github.com/auditd/auditd/witness/server"
 	"github.com/auditd/auditd/witness/submit"
 )
-
-// --- transcribed from torchwood v0.6.1 internal/witness/witness.go ---
-
-// twWitness is torchwood's internal/witness.Witness, its log and key
-// tables in a map.
-type twWitness struct {
-	s    *torchwood.CosignatureSigner
-	mu   sync.Mutex
-	logs map[string]*twLog
-}
-
-type twLog struct {
-	keys []note.Verifier
-	size int64
-	hash tlog.Hash
-}
-
-type twConflictError struct{ known int64 }
-
-func (*twConflictError) Error() string { return "known tree size doesn't match provided old size" }
-
-var (
-	errUnknownLog       = errors.New("unknown log")
-	errInvalidSignature = errors.New("invalid signature")
-	errBadRequest       = errors.New("invalid input")
-	errProof            = errors.New("bad consistency proof")
-)
-
-func (w *twWitness) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		http.Error(rw, err.Error(), http.StatusInternalServerError)
-		return
-	}
-	cosig, err := w.processAddCheckpointRequest(body)
-	if err, ok := err.(*twConflictError); ok {
-		rw.Header().Set("Content-Type", "text/x.tlog.size")
-		rw.WriteHeader(http.StatusConflict)
-		fmt.Fprintf(rw, "%d\n", err.known)
-		return
-	}
-	switch err {
-	case errUnknownLog, errInvalidSignature:
-		http.Error(rw, err.Error(), http.StatusForbidden)
-		return
-	case errBadRequest:
-		http.Error(rw, err.Error(), http.StatusBadRequest)
-		return
-	case errProof:
-		http.Error(rw, err.Error(), http.StatusUnprocessableEntity)
-		return
-	}
-	if err != nil {
-		http.Error(rw, err.Error(), http.StatusInternalServerError)
-		return
-	}
-	rw.Write(cosig)
-}
-
-func (w *twWitness) processAddCheckpointRequest(body []byte) ([]byte, error) {
-	body, noteBytes, ok := bytes.Cut(body, []byte("\n\n"))
-	if !ok {
-		return nil, errBadRequest
-	}
-	lines := strings.Split(string(body), "\n")
-	size, ok := strings.CutPrefix(lines[0], "old ")
-	if !ok {
-		return nil, errBadRequest
-	}
-	oldSize, err := strconv.ParseInt(size, 10, 64)
-	if err != nil || oldSize < 0 {
-		return nil, errBadRequest
-	}
-	proof := make(tlog.TreeProof, len(lines[1:]))
-	for i, h := range lines[1:] {
-		proof[i], err = tlog.ParseHash(h)
-		if err != nil {
-			return nil, errBadRequest
-		}
-	}
-	origin, _, _ := strings.Cut(string(noteBytes), "\n")
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	l, ok := w.logs[origin]
-	if !ok {
-		return nil, errUnknownLog
-	}
-	n, err := note.Open(noteBytes, note.VerifierList(l.keys...))
-	switch err.(type) {
-	case *note.UnverifiedNoteError, *note.InvalidSignatureError:
-		return nil, errInvalidSignature
-	}
-	if err != nil {
-		return nil, err
-	}
-	c, err := torchwood.ParseCheckpoint(n.Text)
-	if err != nil {
-		return nil, err
-	}
-	if oldSize > c.N {
-		return nil, errBadRequest
-	}
-	if l.size != oldSize {
-		return nil, &twConflictError{l.size}
-	}
-	if oldSize != 0 {
-		if err := tlog.CheckTree(proof, c.N, c.Hash, oldSize, l.hash); err != nil {
-			return nil, errProof
-		}
-	}
-	l.size, l.hash = c.N, c.Hash
-	signed, err := note.Sign(&note.Note{Text: n.Text}, w.s)
-	if err != nil {
-		return nil, err
-	}
-	split := bytes.LastIndex(signed, []byte("\n\n"))
-	return signed[split+2:], nil
-}
-
-// --- end of the transcription ---
-
-func newTWWitness(t testing.TB, name string) (*twWitness, *httptest.Server) {
-	t.Helper()
-	_, priv, _ := ed25519.GenerateKey(rand.Reader)
-	signer, err := torchwood.NewCosignatureSigner(name, priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &twWitness{s: signer, logs: map[string]*twLog{}}
-	ts := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/add-checkpoint" || r.Method != http.MethodPost {
-			http.NotFound(rw, r)
-			return
-		}
-		w.ServeHTTP(rw, r)
-	}))
-	t.Cleanup(ts.Close)
-	return w, ts
-}
 
 func appendN(t testing.TB, l *ledger.Log, n int) *ledger.SignedCheckpoint {
 	t.Helper()
@@ -235,49 +85,65 @@ func formatsPolicy(t testing.TB, vkey string) fwitness.Group {
 	return fwitness.NewGroup(1, w)
 }
 
-// TestAuditdLogToTorchwoodWitness: auditd as a log submits its
-// checkpoints to torchwood's witness, which checks the consistency proofs
-// auditd sends with x/mod's tlog; the cosignatures auditd then serves
-// verify with torchwood's verifier and with formats' (from the vkey
-// alone), and satisfy formats' witness policy.
-func TestAuditdLogToTorchwoodWitness(t *testing.T) {
-	store, key := ledgertest.OpenKey(t, ledgertest.WithLedger(ledger.WithCheckpointInterval(time.Millisecond)))
-	l, err := store.CreateLog("payments")
-	if err != nil {
-		t.Fatal(err)
+// submitTo runs a submitter of l to the witness at url, cosignatures
+// checked with v; it reports each cosignature's size on cosigned and each
+// failed submission on failed (nil: the test fails on one).
+func submitTo(t *testing.T, l *ledger.Log, url string, v note.Verifier, cosigned chan<- uint64, failed chan<- error) *submit.Submitter {
+	t.Helper()
+	onError := func(_, _ string, err error) { t.Errorf("submission failed: %v", err) }
+	if failed != nil {
+		onError = func(_, _ string, err error) {
+			select {
+			case failed <- err:
+			default:
+			}
+		}
 	}
-	tw, ts := newTWWitness(t, "torchwood.example/witness")
-	tw.logs[l.Origin()] = &twLog{keys: []note.Verifier{key.Verifier}} // witnessctl add-log, add-key
-	vkey := tw.s.Verifier().String()
-	v, err := witness.NewVerifier(vkey) // auditd reads torchwood's vkey
-	if err != nil {
-		t.Fatal(err)
-	}
-	fv, err := fnote.NewVerifierForCosignatureV1(vkey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	policy := formatsPolicy(t, vkey)
-	cosigned := make(chan uint64, 100)
-	sub, err := submit.New(func() []submit.Log { return []submit.Log{l} }, []submit.Witness{{URL: ts.URL, Verifier: v}},
+	sub, err := submit.New(func() []submit.Log { return []submit.Log{l} }, []submit.Witness{{URL: url, Verifier: v}},
 		submit.Options{Logger: slog.New(slog.DiscardHandler), MinBackoff: time.Millisecond,
-			OnCosigned: func(_, _ string, size uint64) { cosigned <- size },
-			OnError:    func(_, _ string, err error) { t.Errorf("submission failed: %v", err) }})
+			OnCosigned: func(_, _ string, size uint64) { cosigned <- size }, OnError: onError})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); sub.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	t.Cleanup(func() { cancel(); <-done })
+	return sub
+}
+
+// TestAuditdLogToLitewitness: auditd as a log submits its checkpoints to
+// torchwood's litewitness, which checks the consistency proofs auditd
+// sends and keeps its state in SQLite; the cosignatures auditd then serves
+// verify with torchwood's verifier and with formats' (from the vkey
+// alone), and satisfy formats' witness policy.
+func TestAuditdLogToLitewitness(t *testing.T) {
+	store, key := ledgertest.OpenKey(t, ledgertest.WithLedger(ledger.WithCheckpointInterval(time.Millisecond)))
+	l, err := store.CreateLog("payments")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lw := startLitewitness(t, "torchwood.example/witness")
+	lw.addLog(t, l.Origin(), key.VKey)
+	v, err := witness.NewVerifier(lw.vkey) // auditd reads litewitness's vkey
+	if err != nil {
+		t.Fatal(err)
+	}
+	fv, err := fnote.NewVerifierForCosignatureV1(lw.vkey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy := formatsPolicy(t, lw.vkey)
 	if policy.Satisfied(l.Checkpoint().Note) {
 		t.Fatal("formats' policy is satisfied by a checkpoint without cosignatures")
 	}
+	cosigned := make(chan uint64, 100)
+	sub := submitTo(t, l, lw.url, v, cosigned, nil)
 	for _, n := range []int{1, 255, 300, 1024} { // sizes 1, 256, 556, 1580: proofs across tiles
 		cp := appendN(t, l, n)
 		waitCosigned(t, cosigned, cp.Size)
 		signed := sub.Cosigned("payments", l.Checkpoint())
-		if _, err := note.Open(signed, note.VerifierList(tw.s.Verifier())); err != nil {
+		if _, err := note.Open(signed, note.VerifierList(lw.verifier)); err != nil {
 			t.Fatalf("size %d: torchwood's verifier rejects the served cosignature: %v\n%s", cp.Size, err, signed)
 		}
 		if _, err := note.Open(signed, note.VerifierList(fv)); err != nil {
@@ -286,19 +152,62 @@ func TestAuditdLogToTorchwoodWitness(t *testing.T) {
 		if !policy.Satisfied(signed) {
 			t.Fatalf("size %d: formats' witness policy is not satisfied by\n%s", cp.Size, signed)
 		}
-		tw.mu.Lock()
-		got := tw.logs[l.Origin()].size
-		tw.mu.Unlock()
-		if got != int64(l.Checkpoint().Size) {
-			t.Fatalf("torchwood's witness holds size %d, want %d", got, l.Checkpoint().Size)
+		if got := lw.size(t, l.Origin()); got != int64(l.Checkpoint().Size) {
+			t.Fatalf("litewitness holds size %d, want %d", got, l.Checkpoint().Size)
 		}
+	}
+}
+
+// TestLitewitnessRefusesUnknownKey: litewitness refuses a checkpoint of
+// the origin it knows signed by a key it was not given (another store's,
+// same origin): the submitter reports the 403, auditd serves no
+// cosignature, and litewitness still holds size 0.
+func TestLitewitnessRefusesUnknownKey(t *testing.T) {
+	_, given := ledgertest.OpenKey(t)
+	store := ledgertest.Open(t, ledgertest.WithLedger(ledger.WithCheckpointInterval(time.Millisecond)))
+	l, err := store.CreateLog("payments")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lw := startLitewitness(t, "torchwood.example/witness")
+	lw.addLog(t, l.Origin(), given.VKey) // the same origin, another key
+	v, err := witness.NewVerifier(lw.vkey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := appendN(t, l, 300)
+	cosigned := make(chan uint64, 100)
+	failed := make(chan error, 1)
+	sub := submitTo(t, l, lw.url, v, cosigned, failed)
+	select {
+	case err := <-failed:
+		if !strings.Contains(err.Error(), "403") {
+			t.Fatalf("the submission failed with %v, want litewitness's 403", err)
+		}
+	case size := <-cosigned:
+		t.Fatalf("litewitness cosigned size %d of a checkpoint signed by a key it was not given", size)
+	case <-time.After(30 * time.Second):
+		t.Fatal("no submission failure within 30s")
+	}
+	// The submitter sends to one witness one request at a time: none
+	// succeeded before the failure it reported.
+	select {
+	case size := <-cosigned:
+		t.Fatalf("litewitness cosigned size %d", size)
+	default:
+	}
+	if signed := sub.Cosigned("payments", cp); !bytes.Equal(signed, cp.Note) {
+		t.Fatalf("auditd serves a cosignature litewitness refused:\n%s", signed)
+	}
+	if got := lw.size(t, l.Origin()); got != 0 {
+		t.Fatalf("litewitness holds size %d after refusing the checkpoint", got)
 	}
 }
 
 // TestAuditdWitnessVerifiedByTorchwood: auditd as a witness. torchwood's
 // cosignature verifier (for the same Ed25519 key and name) and formats'
 // (from auditd's vkey text) accept its cosignatures, torchwood encodes the
-// same vkey, and torchwood's witness accepts the requests auditd's does.
+// same vkey, and litewitness accepts the requests auditd's witness does.
 func TestAuditdWitnessVerifiedByTorchwood(t *testing.T) {
 	store, key := ledgertest.OpenKey(t, ledgertest.WithLedger(ledger.WithCheckpointInterval(time.Millisecond)))
 	l, err := store.CreateLog("orders")
@@ -328,8 +237,8 @@ func TestAuditdWitnessVerifiedByTorchwood(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tw, _ := newTWWitness(t, "torchwood.example/witness")
-	tw.logs[l.Origin()] = &twLog{keys: []note.Verifier{key.Verifier}}
+	lw := startLitewitness(t, "torchwood.example/witness")
+	lw.addLog(t, l.Origin(), key.VKey)
 	var old uint64
 	for _, n := range []int{3, 300} {
 		cp := appendN(t, l, n)
@@ -341,8 +250,17 @@ func TestAuditdWitnessVerifiedByTorchwood(t *testing.T) {
 			}
 			req.Proof = p
 		}
-		if _, err := tw.processAddCheckpointRequest(req.Marshal()); err != nil {
-			t.Fatalf("torchwood's witness rejects the request at size %d: %v", cp.Size, err)
+		resp, err := http.Post(lw.url+"/add-checkpoint", "text/plain", bytes.NewReader(req.Marshal()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("litewitness rejects the request at size %d: %d %s", cp.Size, resp.StatusCode, got)
+		}
+		if _, err := note.Open(append(append([]byte(nil), cp.Note...), got...), note.VerifierList(lw.verifier)); err != nil {
+			t.Fatalf("litewitness's answer at size %d is not its cosignature: %v\n%s", cp.Size, err, got)
 		}
 		lines, err := srv.AddCheckpoint(req.Marshal())
 		if err != nil {

@@ -53,7 +53,7 @@ function ago(t) {
 function fill(table, rows) {
   const body = $(table + ' tbody');
   body.replaceChildren(...rows);
-  if (rows.length === 0) body.append(el('tr', {}, el('td', { class: 'muted', colspan: '6' }, 'none')));
+  if (rows.length === 0) body.append(el('tr', {}, el('td', { class: 'muted', colspan: '7' }, 'none')));
 }
 
 const maxLogDetails = 50; // logs whose own GET (checkpoint, Kafka lag) is read each poll
@@ -68,7 +68,7 @@ async function refreshLogs() {
     let rate = '-';
     if (prev && now > prev.at) rate = ((l.size - prev.size) / ((now - prev.at) / 1000)).toFixed(1);
     state.sizes.set(l.name, { size: l.size, at: now });
-    let cp = '-', lag = '-', st = 'ok';
+    let cp = '-', lag = '-', wit = '-', st = 'ok';
     if (d) {
       // A checkpoint carries no time: its age is when this page saw it grow.
       const seen = state.cps.get(l.name);
@@ -78,9 +78,14 @@ async function refreshLogs() {
       cp = d.checkpoint ? String(d.checkpoint.size) + (d.checkpoint.size < d.size ? ' (behind)' : '') +
         (grew ? ', grew ' + ago(grew) : ', unchanged since the page loaded') : 'none';
       if (d.source && d.source.lag >= 0) lag = String(d.source.lag);
+      // Witnesses (docs/witness.md): what each cosigned, how far behind it is, its last error.
+      if (d.witnesses && d.witnesses.length) {
+        wit = d.witnesses.map((w) => w.witness + ': ' + (w.cosigned_size == null ? 'none' : w.cosigned_size) +
+          (w.lag > 0 ? ' (lag ' + w.lag + ')' : '') + (w.last_error ? ' [' + w.last_error + ']' : '')).join('; ');
+      }
       if (d.error) st = 'error: ' + d.error; else if (d.read_only) st = 'read-only';
     }
-    return el('tr', { 'data-log': l.name }, el('td', {}, l.name), el('td', {}, l.size), el('td', {}, cp), el('td', {}, rate), el('td', {}, lag),
+    return el('tr', { 'data-log': l.name }, el('td', {}, l.name), el('td', {}, l.size), el('td', {}, cp), el('td', {}, rate), el('td', {}, lag), el('td', {}, wit),
       el('td', { class: st === 'ok' ? 'state-ok' : 'state-error' }, st));
   });
   fill('#logs', rows);

@@ -47,18 +47,19 @@ func TestVerifierKeyForms(t *testing.T) {
 			t.Errorf("prove %v: exit %d: %s", args[0:1], code, errb.String())
 		}
 	}
+	name, _, _ := strings.Cut(strings.TrimSpace(string(key)), "+") // the daemon's key name (a unique default origin)
 	other := filepath.Join(t.TempDir(), "other.key")
-	if err := writeNewKey(other, "auditd.local"); err != nil { // the same name, another key
+	if err := writeNewKey(other, name); err != nil { // the same name, another key
 		t.Fatal(err)
 	}
-	k, _, err := loadOrCreateKey(other, "auditd.local")
+	k, _, err := loadOrCreateKey(other, name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out, errb bytes.Buffer
 	code := runProve([]string{"--server", url, "--log", "orders", "--id", "o-1", "--verifier-key", k.vkey}, &out, &errb)
 	t.Logf("prove with another key: %s", errb.String())
-	if code != 1 || !strings.Contains(errb.String(), "signed by auditd.local (key hash ") {
+	if code != 1 || !strings.Contains(errb.String(), "signed by "+name+" (key hash ") {
 		t.Errorf("prove with another key: exit %d: %s", code, errb.String())
 	}
 }

@@ -2,7 +2,7 @@ package main
 
 import (
 	"fmt"
-	"os"
+	"github.com/auditd/auditd/internal/envvar"
 	"reflect"
 	"strconv"
 	"strings"
@@ -23,7 +23,7 @@ func expandConfigEnv(c *Config) error {
 func expandValue(v reflect.Value, path string) error {
 	switch v.Kind() {
 	case reflect.String:
-		s, err := expandEnvSet(v.String())
+		s, err := envvar.ExpandSet(v.String())
 		if err != nil {
 			return fmt.Errorf("%s: %w", path, err)
 		}
@@ -61,7 +61,7 @@ func expandValue(v reflect.Value, path string) error {
 			return nil // no such map in Config; values of maps are not addressable
 		}
 		for _, k := range v.MapKeys() {
-			s, err := expandEnvSet(v.MapIndex(k).String())
+			s, err := envvar.ExpandSet(v.MapIndex(k).String())
 			if err != nil {
 				return fmt.Errorf("%s.%v: %w", path, k, err)
 			}
@@ -69,55 +69,4 @@ func expandValue(v reflect.Value, path string) error {
 		}
 	}
 	return nil
-}
-
-// expandEnvSet replaces each ${NAME} in s by the variable NAME, failing on
-// one that is not set.
-func expandEnvSet(s string) (string, error) {
-	if !strings.Contains(s, "${") {
-		return s, nil
-	}
-	var b strings.Builder
-	for {
-		i := strings.Index(s, "${")
-		if i < 0 {
-			break
-		}
-		j := strings.IndexByte(s[i+2:], '}')
-		if j < 0 {
-			break
-		}
-		name := s[i+2 : i+2+j]
-		if !isEnvName(name) {
-			b.WriteString(s[:i+2])
-			s = s[i+2:]
-			continue
-		}
-		val, ok := os.LookupEnv(name)
-		if !ok {
-			return "", fmt.Errorf("%s is not set (referenced as ${%s})", name, name)
-		}
-		b.WriteString(s[:i])
-		b.WriteString(val)
-		s = s[i+2+j+1:]
-	}
-	b.WriteString(s)
-	return b.String(), nil
-}
-
-// isEnvName reports whether s is an environment variable name: a letter or
-// _, then letters, digits and _.
-func isEnvName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i, r := range s {
-		switch {
-		case r == '_', 'a' <= r && r <= 'z', 'A' <= r && r <= 'Z':
-		case '0' <= r && r <= '9' && i > 0:
-		default:
-			return false
-		}
-	}
-	return true
 }

@@ -6,11 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/auditd/auditd/internal/envvar"
 	"io"
 	"math"
-	"os"
 	"strconv"
-	"strings"
 )
 
 // Open returns the Store c describes. It does no I/O: an unreachable
@@ -41,33 +40,6 @@ func Open(ctx context.Context, c Config) (Store, error) {
 	default:
 		return openHTTP(*c.HTTP)
 	}
-}
-
-// expandEnv replaces each ${NAME} in s by os.Getenv(NAME). Unlike
-// os.Expand it leaves $NAME, $$ and a lone $ alone, so secrets holding a $
-// survive.
-func expandEnv(s string) string {
-	if !strings.Contains(s, "${") {
-		return s
-	}
-	var b strings.Builder
-	for {
-		i := strings.Index(s, "${")
-		if i < 0 {
-			break
-		}
-		j := strings.IndexByte(s[i+2:], '}')
-		if j < 0 || !isEnvName(s[i+2:i+2+j]) {
-			b.WriteString(s[:i+2])
-			s = s[i+2:]
-			continue
-		}
-		b.WriteString(s[:i])
-		b.WriteString(os.Getenv(s[i+2 : i+2+j]))
-		s = s[i+2+j+1:]
-	}
-	b.WriteString(s)
-	return b.String()
 }
 
 func isEnvName(s string) bool {
@@ -261,27 +233,12 @@ func parseMarks(b []byte) (map[string]uint64, error) {
 	return marks, nil
 }
 
-// expandEnvSet is expandEnv that refuses a ${NAME} whose variable is not
-// set: an unset ${BAL_DSN} must not become "" and quietly connect to a
-// default database. A variable set to "" is taken as given.
+// expandEnvSet applies the configuration's ${VAR} rule (envvar.ExpandSet)
+// to s, the store's setting what: an unset variable is an error.
 func expandEnvSet(what, s string) (string, error) {
-	for rest := s; ; {
-		i := strings.Index(rest, "${")
-		if i < 0 {
-			break
-		}
-		j := strings.IndexByte(rest[i+2:], '}')
-		if j < 0 {
-			break
-		}
-		if name := rest[i+2 : i+2+j]; isEnvName(name) {
-			if _, ok := os.LookupEnv(name); !ok {
-				return "", fmt.Errorf("%w: %s: %s is not set (referenced as ${%s})", ErrStore, what, name, name)
-			}
-			rest = rest[i+2+j+1:]
-		} else {
-			rest = rest[i+2:]
-		}
+	v, err := envvar.ExpandSet(s)
+	if err != nil {
+		return "", fmt.Errorf("%w: %s: %w", ErrStore, what, err)
 	}
-	return expandEnv(s), nil
+	return v, nil
 }

@@ -56,25 +56,10 @@ func writeNewKey(path, name string) error {
 	if _, err := parseKey(skey); err != nil {
 		return fmt.Errorf("key name %q: %w (a name is printable, without spaces or +)", name, err)
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
+	if err := writeKeyFiles(path, skey, vkey); err != nil {
 		return fmt.Errorf("write key: %w", err)
 	}
-	if _, err := f.WriteString(skey + "\n"); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.WriteFile(path+".pub", []byte(vkey+"\n"), 0o644)
+	return nil
 }
 
 func parseKey(skey string) (*signingKey, error) {
@@ -137,4 +122,28 @@ func runKeygen(args []string) error {
 	}
 	fmt.Println(k.vkey)
 	return nil
+}
+
+// writeKeyFiles writes a new key file at path (0600, refusing to replace
+// one) holding skey, synced, and path.pub holding vkey.
+func writeKeyFiles(path, skey, vkey string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(skey + "\n"); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.WriteFile(path+".pub", []byte(vkey+"\n"), 0o644)
 }

@@ -176,28 +176,6 @@ func loadOrCreateWitnessKey(path, name string) (*witness.Cosigner, error) {
 	return k, nil
 }
 
-func writeKeyFiles(path, skey, vkey string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.WriteString(skey + "\n"); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.WriteFile(path+".pub", []byte(vkey+"\n"), 0o644)
-}
-
 // witnessPolicyFlags are the witness policy flags of prove and verify.
 type witnessPolicyFlags struct {
 	keys      []string

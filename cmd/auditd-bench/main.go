@@ -24,6 +24,9 @@ Modes:
   kafka    Kafka ingestion from an in-process broker (see "auditd-bench kafka -h")
   derive   a derivation check end to end against PostgreSQL (see "auditd-bench derive -h")
   verify   that check through auditd verify --server's remote ledger (see "auditd-bench verify -h")
+  compare  auditd side by side with Tessera's POSIX server or a decode-only server, each a
+           child process, in interleaved rounds (see "auditd-bench compare -h")
+  decodeonly  the decode-only reference server compare starts (internal; -listen ADDR)
 
 Without -server, http and proofs start an auditd API on a loopback port in
 this process, with a temporary data directory. Every mode prints events (or
@@ -63,11 +66,15 @@ func run(args []string) error {
 		return runDerive(rest)
 	case "verify":
 		return runVerify(rest)
+	case "compare":
+		return runCompare(rest)
+	case "decodeonly":
+		return runDecodeOnly(rest)
 	case "help":
 		fmt.Print(usage)
 		return nil
 	}
-	return usageError{fmt.Errorf("unknown mode %q (append, http, proofs, kafka, derive, verify)", mode)}
+	return usageError{fmt.Errorf("unknown mode %q (append, http, proofs, kafka, derive, verify, compare, decodeonly)", mode)}
 }
 
 // usageError is a command line the mode cannot run: it exits 2.

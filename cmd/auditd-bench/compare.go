@@ -174,7 +174,7 @@ func runCompare(args []string) error {
 			return err
 		}
 	}
-	fmt.Printf("compare -mode %s: %d rounds of %v (after %v of warmup), %d concurrent requests of %d events, %d-byte payloads; load %s\n",
+	fmt.Printf("compare -mode %s: %d rounds of %v (after %v of warmup), %d concurrent requests of %d event(s), %d-byte payloads; load %s\n",
 		f.mode, f.rounds, f.duration, f.warmup, f.concurrency, f.batch, f.payload, loadtest.LoadAvg(3))
 	printRoundHeader()
 	var rounds []roundResult

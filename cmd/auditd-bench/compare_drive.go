@@ -16,14 +16,19 @@ import (
 
 // roundResult is one target's figures in one round.
 type roundResult struct {
-	Target        string  `json:"target"`
-	Round         int     `json:"round"`
-	Requests      int64   `json:"requests"`
-	Events        int64   `json:"events"`
-	Seconds       float64 `json:"seconds"`
-	WritesPerSec  float64 `json:"writes_per_second"`
-	EventsPerSec  float64 `json:"events_per_second"`
-	ServerCPU     float64 `json:"server_cpu_seconds"`
+	Target       string  `json:"target"`
+	Round        int     `json:"round"`
+	Requests     int64   `json:"requests"`
+	Events       int64   `json:"events"`
+	Seconds      float64 `json:"seconds"`
+	WritesPerSec float64 `json:"writes_per_second"`
+	EventsPerSec float64 `json:"events_per_second"`
+	ServerCPU    float64 `json:"server_cpu_seconds"`
+	ServerCores  float64 `json:"server_cores"`
+	// RunqWaitMS is the time the server's threads waited, runnable, for a
+	// CPU, per second of the window: how much the machine's other load
+	// (this generator included) held it back.
+	RunqWaitMS    float64 `json:"server_runq_wait_ms_per_second"`
 	CPUPerEventUS float64 `json:"server_cpu_us_per_event"`
 	ClientCPU     float64 `json:"client_cpu_seconds"`
 	AckP50        float64 `json:"ack_p50_ms"`
@@ -115,7 +120,7 @@ func drive(ctx context.Context, srv *running, f compareFlags, bodies *loadtest.B
 		wg.Wait()
 		return err
 	}
-	self0, t0 := loadtest.CPUTime(), time.Now()
+	self0, t0, rq0 := loadtest.CPUTime(), time.Now(), loadtest.PidRunqWait(srv.child.Pid())
 	ld.phase.Store(phaseMeasure)
 	profc := make(chan error, 1)
 	if profile != "" {
@@ -125,6 +130,7 @@ func drive(ctx context.Context, srv *running, f compareFlags, bodies *loadtest.B
 	ld.phase.Store(phaseStop)
 	cpu1, err := srv.child.CPU()
 	elapsed, self := time.Since(t0), loadtest.CPUTime()-self0
+	res.RunqWaitMS = loadtest.MS(loadtest.PidRunqWait(srv.child.Pid())-rq0) / elapsed.Seconds()
 	wg.Wait()
 	if err != nil {
 		return err
@@ -159,6 +165,7 @@ func (ld *load) fill(res *roundResult, elapsed, cpu, self time.Duration) {
 	res.WritesPerSec = float64(res.Requests) / elapsed.Seconds()
 	res.EventsPerSec = float64(res.Events) / elapsed.Seconds()
 	res.ServerCPU, res.ClientCPU = cpu.Seconds(), self.Seconds()
+	res.ServerCores = cpu.Seconds() / elapsed.Seconds()
 	if res.Events > 0 {
 		res.CPUPerEventUS = float64(cpu.Microseconds()) / float64(res.Events)
 	}

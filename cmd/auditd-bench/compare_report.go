@@ -89,10 +89,12 @@ func median(xs []float64) float64 {
 	}
 }
 
-const roundRow = "%-5s %-22s %11s %11s %10s %9s %9s %9s %9s %7s %7s %6s\n"
+const roundRow = "%-5s %-22s %9s %9s %9s %9s %9s %9s %9s %6s %5s %6s %6s %6s\n"
 
 func printRoundHeader() {
-	fmt.Printf(roundRow, "round", "target", "writes/s", "events/s", "cpu us/ev", "ack p50", "ack p99", "cp p50", "cp p99", "errors", "client", "load1")
+	fmt.Println("(cpu us/ev and cores: the server child's utime+stime over the window; runq: ms per s its threads waited for a CPU;")
+	fmt.Println(" client: this generator's CPU over the window; ack and cp: ms from POST start to its ack, to the first signed checkpoint covering it)")
+	fmt.Printf(roundRow, "round", "target", "writes/s", "events/s", "cpu us/ev", "ack p50", "ack p99", "cp p50", "cp p99", "errors", "cores", "runq", "client", "load1")
 }
 
 func printRound(r roundResult) {
@@ -105,7 +107,7 @@ func printRound(r roundResult) {
 	}
 	fmt.Printf(roundRow, fmt.Sprint(r.Round), clip(r.Target, 22), fmt.Sprintf("%.0f", r.WritesPerSec), fmt.Sprintf("%.0f", r.EventsPerSec),
 		fmt.Sprintf("%.2f", r.CPUPerEventUS), fmt.Sprintf("%.1f", r.AckP50), fmt.Sprintf("%.1f", r.AckP99), cp50, cp99,
-		fmt.Sprint(r.Errors), fmt.Sprintf("%.1fs", r.ClientCPU), r.Load1)
+		fmt.Sprint(r.Errors), fmt.Sprintf("%.2f", r.ServerCores), fmt.Sprintf("%.0f", r.RunqWaitMS), fmt.Sprintf("%.1fs", r.ClientCPU), r.Load1)
 }
 
 const sumRow = "%-22s %11s %11s %8s %10s %8s %9s %9s %9s %9s\n"

@@ -51,3 +51,20 @@ func ParseProcStat(b []byte) (utime, stime uint64, err error) {
 	}
 	return utime, stime, nil
 }
+
+// PidRunqWait is RunqWait for the process pid: the time its threads (the
+// living ones) spent runnable but waiting for a CPU, from
+// /proc/<pid>/task/*/schedstat; 0 where that is missing.
+func PidRunqWait(pid int) time.Duration {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task/"
+	tasks, _ := os.ReadDir(dir)
+	var ns int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + t.Name() + "/schedstat")
+		if f := bytes.Fields(b); err == nil && len(f) >= 2 {
+			v, _ := strconv.ParseInt(string(f[1]), 10, 64)
+			ns += v
+		}
+	}
+	return time.Duration(ns)
+}

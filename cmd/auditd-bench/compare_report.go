@@ -67,9 +67,10 @@ func summarize(f compareFlags, rounds []roundResult) []targetSummary {
 	return out
 }
 
+// ratio is a/b, 0 when b is (JSON has no NaN).
 func ratio(a, b float64) float64 {
 	if b == 0 {
-		return math.NaN()
+		return 0
 	}
 	return a / b
 }

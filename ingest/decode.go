@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -71,9 +72,11 @@ type Limits struct {
 // words every error. The entries' keys and payloads share a few
 // allocations; r is read through a pooled buffer.
 func Decode(r io.Reader, lim Limits) ([]ledger.Entry, error) {
-	w := newWindow(r)
-	defer w.release()
-	d := &decoder{w: w, lim: lim}
+	d := decoders.Get().(*decoder)
+	d.win.reset(r)
+	d.w, d.lim = &d.win, lim
+	defer d.done()
+	w := d.w
 	first, err := w.skipSpace(0)
 	if err == io.EOF {
 		return nil, ErrEmpty
@@ -96,11 +99,22 @@ func Decode(r io.Reader, lim Limits) ([]ledger.Entry, error) {
 	return out, nil
 }
 
-// decoder decodes one body.
+// decoder decodes one body. Decoders are pooled, with their window's
+// buffer: nothing Decode returns points into either.
 type decoder struct {
-	w     *window
+	w     *window // &win
+	win   window
 	lim   Limits
 	arena []byte // where entries' keys and payloads are copied (decode_fast.go)
+}
+
+var decoders = sync.Pool{New: func() any { return new(decoder) }}
+
+func (d *decoder) done() {
+	d.win.release()
+	d.win = window{}
+	d.arena = nil
+	decoders.Put(d)
 }
 
 // readErr returns the reader's error if err is it (not io.EOF).
@@ -161,7 +175,17 @@ func (d *decoder) fast(v int64, oneLine bool) (ledger.Entry, int64, bool) {
 		case fastOK:
 			return e, v + int64(n), true
 		case fastMore:
-			if ok, _ := d.w.fill(); ok {
+			// Try again once the bytes from v on have doubled (or the
+			// body ends): a body that comes a byte at a time costs
+			// linear time, not quadratic.
+			grew := false
+			for len(d.w.from(v)) < 2*len(b) {
+				if ok, _ := d.w.fill(); !ok {
+					break
+				}
+				grew = true
+			}
+			if grew {
 				continue
 			}
 		}

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"bytes"
+	"encoding/base64"
 	"errors"
 	"io"
 	"strings"
@@ -74,7 +75,7 @@ func FuzzDecodeDiff(f *testing.F) {
 				"whole": bytes.NewReader(data),
 				"half":  iotest.HalfReader(bytes.NewReader(data)),
 			}
-			if len(data) < 2000 {
+			if len(data) < 300 {
 				readers["byte"] = iotest.OneByteReader(bytes.NewReader(data))
 			}
 			for name, r := range readers {
@@ -167,3 +168,46 @@ func itoa(n int) string {
 	}
 	return itoa(n/10) + string(rune('0'+n%10))
 }
+
+// Large bodies of every form, read whole and in pieces, decode as the
+// oracle decodes them: events cross the small (4 KiB) and large (64 KiB)
+// windows' edges, and the bodies hold more than 1,024 events.
+func TestDecodeDiffLarge(t *testing.T) {
+	var nd, crlf, pretty, mixed strings.Builder
+	pretty.WriteString("[\n")
+	for i := range 1500 {
+		pad := strings.Repeat("p", i%300)
+		ev := `{"id":"ev-` + itoa(i) + `","key":"k` + itoa(i%7) + `","time":"2024-05-01T10:00:00.` + itoa(100+i%900) + `+02:00","payload":{"n":` + itoa(i) + `,"pad":"` + pad + `","a":[1,2.5e3,true,null,"\u00e9\n"]}}`
+		nd.WriteString(ev + "\n")
+		crlf.WriteString("\r\n" + ev + "\r\n")
+		if i > 0 {
+			pretty.WriteString(",\n")
+		}
+		pretty.WriteString(`  { "id" : "ev-` + itoa(i) + `",` + "\n" + `    "payload" : { "n" : ` + itoa(i) + ` , "pad" : [ "` + pad + `" ] } }`)
+		switch i % 4 {
+		case 0:
+			mixed.WriteString(`{"payload_base64":"` + b64Test(pad) + `","key_base64":"AAE="}` + "\n")
+		case 1:
+			mixed.WriteString(`{"ID":"ev-` + itoa(i) + `","payload":1}` + "\n") // the slow path
+		case 2:
+			mixed.WriteString(`{"id":"\u0065v-` + itoa(i) + `","payload":"` + pad + `"}` + "\n")
+		default:
+			mixed.WriteString(`{"payload" : [ ` + itoa(i) + ` ] }` + "\n")
+		}
+	}
+	pretty.WriteString("\n]\n")
+	bad := nd.String() + `{"payload":1,"id":5}` + "\n"
+	for name, body := range map[string]string{"ndjson": nd.String(), "crlf": crlf.String(), "pretty array": pretty.String(), "mixed": mixed.String(), "error at the end": bad} {
+		for _, lim := range []Limits{{}, {MaxEvents: 1200, MaxPayload: 200}} {
+			want, werr := refDecode(strings.NewReader(body), lim)
+			for rname, r := range map[string]io.Reader{"whole": strings.NewReader(body), "half": iotest.HalfReader(strings.NewReader(body)), "data+err": iotest.DataErrReader(strings.NewReader(body))} {
+				got, gerr := Decode(r, lim)
+				if msg := diffResults(got, gerr, want, werr); msg != "" {
+					t.Errorf("%s, %+v, %s reader: %s", name, lim, rname, msg)
+				}
+			}
+		}
+	}
+}
+
+func b64Test(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }

@@ -37,11 +37,11 @@ type window struct {
 	lineOff int64
 }
 
-func newWindow(r io.Reader) *window {
-	w := &window{r: r, pool: &smallWindows, line: 1}
+// reset readies w to read r, with a small buffer.
+func (w *window) reset(r io.Reader) {
+	*w = window{r: r, pool: &smallWindows, line: 1}
 	w.home = smallWindows.Get().(*[]byte)
 	w.buf = (*w.home)[:0]
-	return w
 }
 
 // release returns the buffer to its pool. Nothing the decoder returns

@@ -106,6 +106,7 @@ type decoder struct {
 	win   window
 	lim   Limits
 	arena []byte // where entries' keys and payloads are copied (decode_fast.go)
+	ids   []byte // where their ids are (idString)
 }
 
 var decoders = sync.Pool{New: func() any { return new(decoder) }}
@@ -113,7 +114,7 @@ var decoders = sync.Pool{New: func() any { return new(decoder) }}
 func (d *decoder) done() {
 	d.win.release()
 	d.win = window{}
-	d.arena = nil
+	d.arena, d.ids = nil, nil
 	decoders.Put(d)
 }
 

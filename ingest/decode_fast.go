@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/merkle"
@@ -213,7 +214,7 @@ func (d *decoder) fastEntry(f *fields, rest int) (ledger.Entry, bool) {
 		if len(f.id) == 0 || len(f.id) > merkle.MaxID || !utf8.Valid(f.id) {
 			return e, false
 		}
-		e.ID = string(f.id)
+		e.ID = d.idString(f.id, rest)
 	}
 	switch {
 	case f.seen&fKey != 0 && f.seen&fKeyBase64 != 0:
@@ -301,6 +302,18 @@ func appendCompact(out, v []byte) []byte {
 		out = append(out, c)
 	}
 	return out
+}
+
+// idString returns id as a string, its bytes copied into the arena the
+// decoder keeps for ids: one allocation for many of them. The arena's
+// bytes are written once and never again, so they can back strings.
+func (d *decoder) idString(id []byte, rest int) string {
+	if len(id) > cap(d.ids)-len(d.ids) {
+		d.ids = make([]byte, 0, max(len(id), min(rest/4, 16<<10)))
+	}
+	n := len(d.ids)
+	d.ids = append(d.ids, id...)
+	return unsafe.String(&d.ids[n], len(id))
 }
 
 // alloc returns n bytes (len and cap n) of the arena that the entries'

@@ -96,7 +96,9 @@ func Decode(r io.Reader, lim Limits) ([]ledger.Entry, error) {
 	if len(out) == 0 {
 		return nil, ErrEmpty
 	}
-	return out, nil
+	// The entries were gathered in the decoder's reused slice: one
+	// allocation of the right size, not a slice grown by doubling.
+	return append([]ledger.Entry(nil), out...), nil
 }
 
 // decoder decodes one body. Decoders are pooled, with their window's
@@ -105,9 +107,13 @@ type decoder struct {
 	w     *window // &win
 	win   window
 	lim   Limits
-	arena []byte // where entries' keys and payloads are copied (decode_fast.go)
-	ids   []byte // where their ids are (idString)
+	out   []ledger.Entry // the entries so far, reused from body to body
+	arena []byte         // where entries' keys and payloads are copied (decode_fast.go)
+	ids   []byte         // where their ids are (idString)
 }
+
+// maxPooledEntries bounds the entries slice a pooled decoder keeps.
+const maxPooledEntries = 1024
 
 var decoders = sync.Pool{New: func() any { return new(decoder) }}
 
@@ -115,6 +121,11 @@ func (d *decoder) done() {
 	d.win.release()
 	d.win = window{}
 	d.arena, d.ids = nil, nil
+	clear(d.out) // the pool keeps no payload alive
+	d.out = d.out[:0]
+	if cap(d.out) > maxPooledEntries {
+		d.out = nil
+	}
 	decoders.Put(d)
 }
 
@@ -130,7 +141,8 @@ func (d *decoder) readErr(err error) error {
 // each event starts on a line of its own and ends on the line it started on.
 func (d *decoder) ndjson(off int64) ([]ledger.Entry, error) {
 	w := d.w
-	var out []ledger.Entry
+	out := d.out[:0]
+	defer func() { d.out = out }()
 	prevEnd := 0 // the line the previous event ended on
 	for i := 0; ; i++ {
 		w.keep = off

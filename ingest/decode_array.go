@@ -15,7 +15,8 @@ import (
 // element, which names its own line now.
 func (d *decoder) array(open int64) ([]ledger.Entry, error) {
 	w := d.w
-	var out []ledger.Entry
+	out := d.out[:0]
+	defer func() { d.out = out }()
 	prev := open + 1 // after the '[' or the previous element
 	for i := 0; ; i++ {
 		w.keep = prev

@@ -5,13 +5,13 @@
 package ingest
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -65,9 +65,19 @@ type Limits struct {
 // Decode reads a batch of events: either one JSON array of event objects, or
 // NDJSON (one object per line; blank lines are skipped). It returns the
 // entries in order, or a *DecodeError naming the line of the first problem.
+// An error from r comes back as it is.
+//
+// Events of the usual shape are decoded in one pass (decode_fast.go);
+// any other is decoded by encoding/json, as it always was, which also
+// words every error. The entries' keys and payloads share a few
+// allocations; r is read through a pooled buffer.
 func Decode(r io.Reader, lim Limits) ([]ledger.Entry, error) {
-	br := bufio.NewReaderSize(r, 64<<10)
-	first, skipped, err := peekNonSpace(br)
+	d := decoders.Get().(*decoder)
+	d.win.reset(r)
+	d.w, d.lim = &d.win, lim
+	defer d.done()
+	w := d.w
+	first, err := w.skipSpace(0)
 	if err == io.EOF {
 		return nil, ErrEmpty
 	}
@@ -75,14 +85,10 @@ func Decode(r io.Reader, lim Limits) ([]ledger.Entry, error) {
 		return nil, err
 	}
 	var out []ledger.Entry
-	if first == '[' {
-		out, err = decodeArray(br, lim)
+	if w.from(first)[0] == '[' {
+		out, err = d.array(first)
 	} else {
-		out, err = decodeNDJSON(br, lim)
-	}
-	var de *DecodeError
-	if errors.As(err, &de) {
-		de.Line += skipped // lines of leading whitespace
+		out, err = d.ndjson(first)
 	}
 	if err != nil {
 		return nil, err
@@ -90,203 +96,137 @@ func Decode(r io.Reader, lim Limits) ([]ledger.Entry, error) {
 	if len(out) == 0 {
 		return nil, ErrEmpty
 	}
-	return out, nil
+	// The entries were gathered in the decoder's reused slice: one
+	// allocation of the right size, not a slice grown by doubling.
+	return append([]ledger.Entry(nil), out...), nil
 }
 
-// peekNonSpace skips leading whitespace and returns the first other byte
-// and how many newlines it skipped.
-func peekNonSpace(br *bufio.Reader) (byte, int, error) {
-	lines := 0
-	for {
-		b, err := br.Peek(1)
-		if err != nil {
-			return 0, lines, err
-		}
-		switch b[0] {
-		case '\n':
-			lines++
-			fallthrough
-		case ' ', '\t', '\r':
-			br.ReadByte()
-			continue
-		}
-		return b[0], lines, nil
-	}
+// decoder decodes one body. Decoders are pooled, with their window's
+// buffer: nothing Decode returns points into either.
+type decoder struct {
+	w     *window // &win
+	win   window
+	lim   Limits
+	out   []ledger.Entry // the entries so far, reused from body to body
+	arena []byte         // where entries' keys and payloads are copied (decode_fast.go)
+	ids   []byte         // where their ids are (idString)
 }
 
-// lineCounter counts the newlines of everything read through it, so decode
-// errors can name a line. It keeps only the bytes from the current event on
-// (drop forgets those before it), not a copy of the whole body.
-type lineCounter struct {
-	r   io.Reader
-	buf []byte // buf[head:] holds the bytes from offset base on
-	err error  // the reader's last error other than EOF
-	// head is where offset base sits in buf; lines counts the newlines
-	// before base.
-	head  int
-	base  int64
-	lines int
+// maxPooledEntries bounds the entries slice a pooled decoder keeps.
+const maxPooledEntries = 1024
+
+var decoders = sync.Pool{New: func() any { return new(decoder) }}
+
+func (d *decoder) done() {
+	d.win.release()
+	d.win = window{}
+	d.arena, d.ids = nil, nil
+	clear(d.out) // the pool keeps no payload alive
+	d.out = d.out[:0]
+	if cap(d.out) > maxPooledEntries {
+		d.out = nil
+	}
+	decoders.Put(d)
 }
 
-func (c *lineCounter) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.buf = append(c.buf, p[:n]...)
-	if err != nil && err != io.EOF {
-		c.err = err
+// readErr returns the reader's error if err is it (not io.EOF).
+func (d *decoder) readErr(err error) error {
+	if d.w.err != nil && d.w.err != io.EOF && errors.Is(err, d.w.err) {
+		return d.w.err
 	}
-	return n, err
+	return nil
 }
 
-// window returns the bytes kept from offset off (clamped to what is kept).
-func (c *lineCounter) window(off int64) []byte {
-	live := c.buf[c.head:]
-	i := min(max(off-c.base, 0), int64(len(live)))
-	return live[i:]
-}
-
-// bytes returns the bytes kept in [from, to).
-func (c *lineCounter) bytes(from, to int64) []byte {
-	w := c.window(from)
-	return w[:min(max(to-max(from, c.base), 0), int64(len(w)))]
-}
-
-// lineAt returns the 1-based line of byte offset off (at or after the
-// last drop).
-func (c *lineCounter) lineAt(off int64) int {
-	return 1 + c.lines + bytes.Count(c.bytes(c.base, off), []byte{'\n'})
-}
-
-// drop forgets the bytes before off, counting their newlines. The buffer
-// is compacted once most of it is dropped, so dropping costs O(1) per byte.
-func (c *lineCounter) drop(off int64) {
-	if off <= c.base {
-		return
-	}
-	gone := c.bytes(c.base, off)
-	c.lines += bytes.Count(gone, []byte{'\n'})
-	c.head += len(gone)
-	c.base += int64(len(gone))
-	if c.head > len(c.buf)/2 {
-		n := copy(c.buf, c.buf[c.head:])
-		c.buf, c.head = c.buf[:n], 0
-	}
-}
-
-// leadingNewlines counts the newlines between off and the next token.
-func (c *lineCounter) leadingNewlines(off int64) int {
-	n := 0
-	for _, b := range c.window(off) {
-		switch b {
-		case '\n':
-			n++
-		case ' ', '\t', '\r', ',':
-		default:
-			return n
-		}
-	}
-	return n
-}
-
-func decodeArray(r io.Reader, lim Limits) ([]ledger.Entry, error) {
-	lc := &lineCounter{r: r}
-	dec := json.NewDecoder(lc)
-	dec.DisallowUnknownFields()
-	var start int64 // offset where the current event's value begins
-	fail := func(item int, err error) error {
-		var se *json.SyntaxError
-		var te *json.UnmarshalTypeError
-		off := dec.InputOffset()
-		if lc.err != nil && errors.Is(err, lc.err) {
-			return err // the body could not be read (too large, cut off)
-		}
-		var fe *fieldError
-		switch {
-		case errors.As(err, &fe):
-			off = start + fieldOffset(lc.bytes(start, off), fe.field)
-		case errors.As(err, &se):
-			off = se.Offset // from the start of the stream
-		case errors.As(err, &te):
-			off = start + te.Offset // from the start of the value
-		}
-		return &DecodeError{Line: lc.lineAt(off), Item: item, Err: cleanJSONError(err)}
-	}
-	if _, err := dec.Token(); err != nil { // '['
-		return nil, fail(-1, err)
-	}
-	var out []ledger.Entry
-	for i := 0; dec.More(); i++ {
-		if lim.MaxEvents > 0 && i >= lim.MaxEvents {
-			off := dec.InputOffset()
-			return nil, &DecodeError{Line: lc.lineAt(off) + lc.leadingNewlines(off), Item: i, Err: fmt.Sprintf("more than %d events in one request", lim.MaxEvents), Exceeds: "events", Limit: lim.MaxEvents}
-		}
-		start = dec.InputOffset()
-		lc.drop(start)
-		var ev wireEvent
-		if err := dec.Decode(&ev); err != nil {
-			return nil, fail(i, err)
-		}
-		e, err := ev.entry(lim)
-		if err != nil {
-			return nil, exceeds(&DecodeError{Line: lc.lineAt(start) + lc.leadingNewlines(start), Item: i, Err: err.Error()}, err)
-		}
-		out = append(out, e)
-	}
-	if _, err := dec.Token(); err != nil { // ']'
-		return nil, fail(-1, err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, &DecodeError{Line: lc.lineAt(dec.InputOffset()), Item: -1, Err: "unexpected data after the JSON array"}
-	}
-	return out, nil
-}
-
-// decodeNDJSON reads one event object per line through a single streaming
-// decoder (no per-line decoder or copy), checking that each event starts on
-// a line of its own and ends on the line it started on.
-func decodeNDJSON(r io.Reader, lim Limits) ([]ledger.Entry, error) {
-	lc := &lineCounter{r: r}
-	dec := json.NewDecoder(lc)
-	dec.DisallowUnknownFields()
-	var out []ledger.Entry
+// ndjson decodes one event object per line, from offset off, checking that
+// each event starts on a line of its own and ends on the line it started on.
+func (d *decoder) ndjson(off int64) ([]ledger.Entry, error) {
+	w := d.w
+	out := d.out[:0]
+	defer func() { d.out = out }()
 	prevEnd := 0 // the line the previous event ended on
 	for i := 0; ; i++ {
-		more := dec.More() // skips whitespace and blank lines
-		if lc.err != nil {
-			return nil, lc.err // the body could not be read (too large, cut off)
+		w.keep = off
+		start, err := w.skipSpace(off)
+		if err == io.EOF {
+			return out, nil
 		}
-		start := dec.InputOffset()
-		line := lc.lineAt(start)
-		if !more {
-			if _, err := dec.Token(); err == io.EOF {
-				return out, nil
-			}
+		if err != nil {
+			return nil, err
+		}
+		w.keep = start
+		line := w.lineAt(start)
+		if c := w.from(start)[0]; c == ']' || c == '}' {
 			return nil, &DecodeError{Line: line, Item: i, Err: "unexpected data: want one JSON object per line"}
 		}
-		lc.drop(start)
 		if line == prevEnd {
 			return nil, &DecodeError{Line: line, Item: i - 1, Err: "more than one JSON value on the line"}
 		}
-		if lim.MaxEvents > 0 && i >= lim.MaxEvents {
-			return nil, &DecodeError{Line: line, Item: i, Err: fmt.Sprintf("more than %d events in one request", lim.MaxEvents), Exceeds: "events", Limit: lim.MaxEvents}
+		if d.lim.MaxEvents > 0 && i >= d.lim.MaxEvents {
+			return nil, &DecodeError{Line: line, Item: i, Err: fmt.Sprintf("more than %d events in one request", d.lim.MaxEvents), Exceeds: "events", Limit: d.lim.MaxEvents}
 		}
-		var ev wireEvent
-		if err := dec.Decode(&ev); err != nil {
-			if lc.err != nil && errors.Is(err, lc.err) {
+		e, end, ok := d.fast(start, true)
+		if !ok {
+			if e, end, err = d.slowLine(start, line, i); err != nil {
 				return nil, err
 			}
-			return nil, &DecodeError{Line: line, Item: i, Err: cleanJSONError(err)}
-		}
-		end := lc.lineAt(dec.InputOffset())
-		if end != line {
-			return nil, &DecodeError{Line: line, Item: i, Err: "an event must be on one line"}
-		}
-		e, err := ev.entry(lim)
-		if err != nil {
-			return nil, exceeds(&DecodeError{Line: line, Item: i, Err: err.Error()}, err)
 		}
 		out = append(out, e)
-		prevEnd = end
+		off, prevEnd = end, w.lineAt(end)
 	}
+}
+
+// fast decodes the event at offset v by the fast path, reading more of
+// the body as it needs; false leaves it to the slow path.
+func (d *decoder) fast(v int64, oneLine bool) (ledger.Entry, int64, bool) {
+	for {
+		b := d.w.from(v)
+		if b[0] != '{' {
+			return ledger.Entry{}, 0, false
+		}
+		e, n, st := d.fastEvent(b, oneLine)
+		switch st {
+		case fastOK:
+			return e, v + int64(n), true
+		case fastMore:
+			// Try again once the bytes from v on have doubled (or the
+			// body ends): a body that comes a byte at a time costs
+			// linear time, not quadratic.
+			grew := false
+			for len(d.w.from(v)) < 2*len(b) {
+				if ok, _ := d.w.fill(); !ok {
+					break
+				}
+				grew = true
+			}
+			if grew {
+				continue
+			}
+		}
+		return ledger.Entry{}, 0, false
+	}
+}
+
+// slowLine decodes the NDJSON event at offset start, on line line, with
+// encoding/json.
+func (d *decoder) slowLine(start int64, line, i int) (ledger.Entry, int64, error) {
+	dec := json.NewDecoder(&windowReader{w: d.w, off: start})
+	dec.DisallowUnknownFields()
+	var ev wireEvent
+	if err := dec.Decode(&ev); err != nil {
+		if rerr := d.readErr(err); rerr != nil {
+			return ledger.Entry{}, 0, rerr // the body could not be read (too large, cut off)
+		}
+		return ledger.Entry{}, 0, &DecodeError{Line: line, Item: i, Err: cleanJSONError(err)}
+	}
+	end := start + dec.InputOffset()
+	if d.w.lineAt(end) != line {
+		return ledger.Entry{}, 0, &DecodeError{Line: line, Item: i, Err: "an event must be on one line"}
+	}
+	e, err := ev.entry(d.lim)
+	if err != nil {
+		return ledger.Entry{}, 0, exceeds(&DecodeError{Line: line, Item: i, Err: err.Error()}, err)
+	}
+	return e, end, nil
 }
 
 func cleanJSONError(err error) string {
@@ -377,26 +317,4 @@ func exceeds(de *DecodeError, err error) *DecodeError {
 
 // compactValid removes the insignificant whitespace of b, a valid JSON
 // value, in place (as json.Compact would, without a second buffer).
-func compactValid(b []byte) []byte {
-	out := b[:0]
-	inString, escaped := false, false
-	for _, c := range b {
-		switch {
-		case inString:
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			}
-		case c == '"':
-			inString = true
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
-			continue
-		}
-		out = append(out, c)
-	}
-	return out
-}
+func compactValid(b []byte) []byte { return appendCompact(b[:0], b) }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -400,3 +401,73 @@ func TestEventEntry(t *testing.T) {
 }
 
 func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
+
+// A syntax error inside an array element names the element's own line:
+// encoding/json's offset counted only the bytes its scanner read, not the
+// '[', commas and space the Token API skipped, so it named an earlier line.
+func TestDecodeArraySyntaxErrorLine(t *testing.T) {
+	for _, tc := range []struct {
+		body       string
+		line, item int
+	}{
+		{"[\n\n\n{oops}]", 4, 0},
+		{"[\n\n\n{\n\"payload\":1,\n\n\nx}]", 8, 0},
+		{"[\n" + `{"payload":1}` + ",\n\n\n\n{\n\"id\":\"a\",\n\n\n\"payload\":[1,2,\n]}" + "\n]", 11, 1},
+	} {
+		de := decodeErr(t, tc.body, ingest.Limits{})
+		if de.Line != tc.line || de.Item != tc.item {
+			t.Errorf("%q: line %d item %d (%v), want line %d item %d", tc.body, de.Line, de.Item, de, tc.line, tc.item)
+		}
+	}
+}
+
+// A one-event body costs a few small allocations, not a 64 KiB read
+// buffer: the buffer is pooled, the entry's bytes share one allocation.
+func TestDecodeSmallBodyAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("sync.Pool drops items at random under the race detector")
+	}
+	body := `{"id":"0b9d5e1c-6a52-4c1e-9a0e-3f1f6c1d2e3a","payload":{"account":"acct-000042","amount":17,"pad":"` + strings.Repeat("x", 200) + `"}}` + "\n"
+	decode(t, body, ingest.Limits{}) // warm the pool
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	const n = 200
+	allocs := testing.AllocsPerRun(n, func() {
+		if _, err := ingest.Decode(strings.NewReader(body), ingest.Limits{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	runtime.ReadMemStats(&after)
+	perRun := float64(after.TotalAlloc-before.TotalAlloc) / (n + 1)
+	t.Logf("%.0f allocations, %.0f bytes per one-event body of %d bytes", allocs, perRun, len(body))
+	if allocs > 6 || perRun > 2*float64(len(body)) {
+		t.Errorf("%.0f allocations and %.0f bytes per one-event body of %d bytes; want at most 6 and twice the body", allocs, perRun, len(body))
+	}
+}
+
+// Entries own their bytes: decoding the next body (which reuses the pooled
+// read buffer) leaves them as they were, and appending to one payload does
+// not write over the next.
+func TestDecodeEntriesOwnTheirBytes(t *testing.T) {
+	es := decode(t, `{"key":"k1","payload":{"a": 1}}`+"\n"+`{"key":"k2","payload":[2]}`+"\n", ingest.Limits{})
+	for range 3 {
+		decode(t, `{"key":"zz","payload":{"zzzzz": 9}}`+"\n"+`{"key":"zz","payload":"zzzzzzz"}`+"\n", ingest.Limits{})
+	}
+	_ = append(es[0].Payload, "XXXX"...)
+	_ = append(es[0].Key, "XXXX"...)
+	if string(es[0].Payload) != `{"a":1}` || string(es[1].Payload) != `[2]` || string(es[0].Key) != "k1" || string(es[1].Key) != "k2" {
+		t.Errorf("entries changed: %q %q %q %q", es[0].Payload, es[1].Payload, es[0].Key, es[1].Key)
+	}
+}
+
+// A body that arrives a byte at a time decodes in linear time: the fast
+// path tries an event again only once its bytes have doubled (it took
+// quadratic time, hours for this body, when it retried at every byte).
+func TestDecodeOneByteAtATime(t *testing.T) {
+	big := strings.Repeat("x", 4<<20)
+	body := `{"id":"a","payload":"` + big + `"}` + "\n" + `{"id":"b","payload":1}`
+	es, err := ingest.Decode(iotest.OneByteReader(strings.NewReader(body)), ingest.Limits{})
+	if err != nil || ids(es) != "a,b" || len(es[0].Payload) != len(big)+2 {
+		t.Fatalf("got %d entries, %v", len(es), err)
+	}
+}

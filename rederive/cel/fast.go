@@ -52,9 +52,11 @@ func (v *fastVal) val() ref.Val {
 
 // fastEvent is the decoded form the fast path hands to Step.
 type fastEvent struct {
-	celEvent // event: the fields' object, set when the step runs in CEL
-	keys     [1]string
-	vals     []fastVal // by the plan's fields
+	keys [1]string
+	vals []fastVal // by the plan's fields
+	// cel is what the expressions the plan leaves to CEL need (its event:
+	// the fields' object): nil when the plan runs them all natively.
+	cel *celEvent
 }
 
 // allocFastEvent returns an event with room for n fields, in one
@@ -96,11 +98,8 @@ func (d *celDerivation) prepareFast(ev *fold.Event) (keys []string, decoded any,
 	if !projectJSON(ev.Payload, pl.fields, p.vals) {
 		return nil, nil, nil, false
 	}
-	if d.usesMeta {
-		p.meta = newCELMeta(ev)
-	}
-	if pl.step == nil || d.filter != nil && pl.filter == nil || pl.key < 0 {
-		p.event = p.object(pl.fields)
+	if d.usesMeta || pl.step == nil {
+		p.celEvent(pl.fields).meta = newCELMetaIf(d.usesMeta, ev)
 	}
 	if d.filter != nil {
 		c := pl.filter
@@ -108,27 +107,36 @@ func (d *celDerivation) prepareFast(ev *fold.Event) (keys []string, decoded any,
 			if (p.vals[c.field].str == c.text) == c.not {
 				return nil, nil, nil, true
 			}
-		} else {
-			if p.event == nil {
-				p.event = p.object(pl.fields)
-			}
-			if pass, err := d.filterCEL(&p.celActivation); err != nil || !pass {
-				return nil, nil, err, true
-			}
+		} else if pass, err := d.filterCEL(&p.celEvent(pl.fields).celActivation); err != nil || !pass {
+			return nil, nil, err, true
 		}
 	}
 	if pl.key >= 0 && p.vals[pl.key].isString() {
 		p.keys[0] = p.vals[pl.key].str
 		return p.keys[:], p, nil, true
 	}
-	if p.event == nil {
-		p.event = p.object(pl.fields)
-	}
-	keys, err = d.keyCEL(&p.celEvent)
+	keys, err = d.keyCEL(p.celEvent(pl.fields))
 	if err != nil || len(keys) == 0 {
 		return nil, nil, err, true
 	}
 	return keys, p, nil, true
+}
+
+// celEvent returns p's CEL side, making it on first use: in Prepare only,
+// before Steps share p.
+func (p *fastEvent) celEvent(fields []string) *celEvent {
+	if p.cel == nil {
+		p.cel = &celEvent{}
+		p.cel.event = p.object(fields)
+	}
+	return p.cel
+}
+
+func newCELMetaIf(uses bool, ev *fold.Event) ref.Val {
+	if !uses {
+		return nil
+	}
+	return newCELMeta(ev)
 }
 
 // stepFast is Step on an event the fast path prepared.
@@ -138,12 +146,12 @@ func (d *celDerivation) stepFast(st ref.Val, p *fastEvent, key string) (fold.Sta
 			return out, nil
 		}
 	}
-	event := p.event
-	if event == nil {
+	c := p.cel
+	if c == nil {
 		// Not stored: Steps of the event's keys may run at once.
-		event = p.object(d.plan.fields)
+		c = &celEvent{celActivation: celActivation{event: p.object(d.plan.fields)}}
 	}
-	out, err := d.eval(d.step, &celActivation{event: event, meta: p.meta, state: st, key: p.keyVal(key)})
+	out, err := d.eval(d.step, &celActivation{event: c.event, meta: c.meta, state: st, key: c.keyVal(key)})
 	if err != nil {
 		return nil, errStep(err)
 	}

@@ -150,6 +150,9 @@ func Fold(ctx context.Context, d Derivation, base *Result, spans []Span, o Optio
 	var wg sync.WaitGroup
 	for i := range shards {
 		sh := &shard{f: f, in: make(chan []step, 8), slots: make(map[string]*slot)}
+		for _, s := range spans {
+			sh.logs = append(sh.logs, s.Pin.Log) // entries name their log by its span
+		}
 		shards[i] = sh
 		wg.Go(func() { sh.run(fctx) })
 	}
@@ -299,8 +302,9 @@ func (f *fold) result(spans []Span, shards []*shard, prepErrs []foldError, event
 	for _, sh := range shards {
 		for k, sl := range sh.slots {
 			r.States[k] = sl.state
-			if sl.hasRef {
-				r.Newest[k] = sl.ref
+			if sl.hasRef && !sl.fromBase { // else base's, cloned above
+				r.Newest[k] = EventRef{Log: sh.logs[sl.log], Index: sl.index, ID: sl.id,
+					Time: time.Unix(0, sl.ns).UTC(), LeafHash: sl.leafHash}
 			}
 		}
 		r.Applied += sh.applied
@@ -358,30 +362,49 @@ type shard struct {
 	f       *fold
 	in      chan []step
 	slots   map[string]*slot
-	free    []slot // preallocated slots
+	free    []slot   // preallocated slots
+	logs    []string // the spans' logs, then base's others: slot.log
 	applied uint64
 	errs    []foldError // the first maxErrors
 }
 
+// slot is a key's state and its newest entry. It holds as few pointers as
+// it can (the log by number, the time in nanoseconds): with a million
+// keys, the collector scans every slot at each cycle.
 type slot struct {
-	state  State
-	ref    EventRef
-	ns     int64 // ref.Time in Unix nanoseconds
-	hasRef bool
+	state    State
+	id       string // the newest entry's
+	ns       int64  // its time, Unix nanoseconds
+	index    uint64
+	leafHash merkle.Hash
+	log      int32 // shard.logs[log]
+	hasRef   bool
+	fromBase bool // the newest entry is base's: the result keeps its EventRef
 }
 
-// newerThan reports whether the entry e, at ns, is newer than the slot's
-// newest entry.
-func (sl *slot) newerThan(e *Event, ns int64) bool {
+// newerThan reports whether the entry e is newer than the slot's newest
+// entry.
+func (sh *shard) newerThan(sl *slot, e *entry) bool {
 	switch {
-	case !sl.hasRef || ns > sl.ns:
+	case !sl.hasRef || e.ns > sl.ns:
 		return true
-	case ns < sl.ns:
+	case e.ns < sl.ns:
 		return false
-	case e.Log != sl.ref.Log:
-		return e.Log > sl.ref.Log
+	case e.span != sl.log:
+		return e.Log > sh.logs[sl.log]
 	}
-	return e.Index > sl.ref.Index
+	return e.Index > sl.index
+}
+
+// logOf returns the number of a log in sh.logs, adding it if need be.
+func (sh *shard) logOf(name string) int32 {
+	for i, l := range sh.logs {
+		if l == name {
+			return int32(i)
+		}
+	}
+	sh.logs = append(sh.logs, name)
+	return int32(len(sh.logs) - 1)
 }
 
 func (sh *shard) run(ctx context.Context) {
@@ -428,13 +451,14 @@ func (sh *shard) run(ctx context.Context) {
 				// keeps the payload from staying alive with the map.
 				sh.slots[strings.Clone(st.key)] = sl
 				if ref, ok := base.newest(st.key); ok {
-					sl.ref, sl.ns, sl.hasRef = ref, ref.Time.UnixNano(), true
+					sl.id, sl.ns, sl.index, sl.leafHash = ref.ID, ref.Time.UnixNano(), ref.Index, ref.LeafHash
+					sl.log, sl.hasRef, sl.fromBase = sh.logOf(ref.Log), true, true
 				}
 			}
 			sl.state = next
-			if e := &st.e.Event; sl.newerThan(e, st.e.ns) {
-				sl.ref = EventRef{Log: e.Log, Index: e.Index, ID: e.ID, Time: e.Time, LeafHash: st.e.leafHash}
-				sl.ns, sl.hasRef = st.e.ns, true
+			if e := st.e; sh.newerThan(sl, e) {
+				sl.id, sl.ns, sl.index, sl.leafHash = e.ID, e.ns, e.Index, e.leafHash
+				sl.log, sl.hasRef, sl.fromBase = e.span, true, false
 			}
 			sh.applied++
 		}

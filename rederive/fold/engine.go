@@ -9,7 +9,6 @@ import (
 	"maps"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -149,7 +148,7 @@ func Fold(ctx context.Context, d Derivation, base *Result, spans []Span, o Optio
 	shards := make([]*shard, w)
 	var wg sync.WaitGroup
 	for i := range shards {
-		sh := &shard{f: f, in: make(chan []step, 8), slots: make(map[string]*slot)}
+		sh := &shard{f: f, in: make(chan []step, 8), keys: newKeyTable()}
 		for _, s := range spans {
 			sh.logs = append(sh.logs, s.Pin.Log) // entries name their log by its span
 		}
@@ -280,7 +279,7 @@ func (f *fold) result(spans []Span, shards []*shard, prepErrs []foldError, event
 	r := &Result{Derivation: f.d.Name(), Fingerprint: fingerprint, Events: events}
 	n := 0
 	for _, sh := range shards {
-		n += len(sh.slots)
+		n += sh.keys.len()
 	}
 	if f.base != nil {
 		r.States = maps.Clone(f.base.States)
@@ -300,13 +299,13 @@ func (f *fold) result(spans []Span, shards []*shard, prepErrs []foldError, event
 		r.Newest = make(map[string]EventRef, n)
 	}
 	for _, sh := range shards {
-		for k, sl := range sh.slots {
+		sh.keys.each(func(k string, sl *slot) {
 			r.States[k] = sl.state
 			if sl.hasRef && !sl.fromBase { // else base's, cloned above
 				r.Newest[k] = EventRef{Log: sh.logs[sl.log], Index: sl.index, ID: sl.id,
 					Time: time.Unix(0, sl.ns).UTC(), LeafHash: sl.leafHash}
 			}
-		}
+		})
 		r.Applied += sh.applied
 	}
 	r.Errors = f.errors(shards, prepErrs)
@@ -361,8 +360,7 @@ type foldError struct {
 type shard struct {
 	f       *fold
 	in      chan []step
-	slots   map[string]*slot
-	free    []slot   // preallocated slots
+	keys    *keyTable
 	logs    []string // the spans' logs, then base's others: slot.log
 	applied uint64
 	errs    []foldError // the first maxErrors
@@ -422,7 +420,7 @@ func (sh *shard) run(ctx context.Context) {
 		}
 		for i := range steps {
 			st := &steps[i]
-			sl := sh.slots[st.key]
+			sl := sh.keys.find(st.key)
 			var cur State
 			if sl != nil {
 				cur = sl.state
@@ -442,14 +440,9 @@ func (sh *shard) run(ctx context.Context) {
 				continue
 			}
 			if sl == nil {
-				if len(sh.free) == 0 {
-					sh.free = make([]slot, 256)
-				}
-				sl = &sh.free[0]
-				sh.free = sh.free[1:]
-				// The key may be a substring of the event's payload: a copy
-				// keeps the payload from staying alive with the map.
-				sh.slots[strings.Clone(st.key)] = sl
+				// The table copies the key, which may be a substring of
+				// the event's payload.
+				sl = sh.keys.add(st.key)
 				if ref, ok := base.newest(st.key); ok {
 					sl.id, sl.ns, sl.index, sl.leafHash = ref.ID, ref.Time.UnixNano(), ref.Index, ref.LeafHash
 					sl.log, sl.hasRef, sl.fromBase = sh.logOf(ref.Log), true, true

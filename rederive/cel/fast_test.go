@@ -318,3 +318,37 @@ func TestFastPathKeepsNoPayload(t *testing.T) {
 		t.Fatalf("after the payload changed: key %q, state %v", keys[0], st)
 	}
 }
+
+// TestPlain8 checks plain8 against a byte-by-byte test: every byte value,
+// at every position, among plain bytes and among others.
+func TestPlain8(t *testing.T) {
+	plain := func(c byte) bool { return c >= 0x20 && c < 0x80 && c != '"' && c != '\\' }
+	for _, fill := range []byte{'a', ' ', '~', '!', '#', '[', ']', 0x7f} {
+		for pos := range 8 {
+			for c := range 256 {
+				b := bytes.Repeat([]byte{fill}, 10)
+				b[pos+1] = byte(c)
+				want := true
+				for _, x := range b[1:9] {
+					want = want && plain(x)
+				}
+				if got := plain8(string(b), 1); got != want {
+					t.Fatalf("%q: plain8 %v, want %v", b[1:9], got, want)
+				}
+			}
+		}
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	alphabet := []byte{0, 0x1f, 0x20, 0x21, '"', 0x23, '\\', 0x5b, 0x5d, 0x7f, 0x80, 0xc3, 0xff, 'a'}
+	for range 200_000 {
+		var b [8]byte
+		want := true
+		for i := range b {
+			b[i] = alphabet[r.IntN(len(alphabet))]
+			want = want && plain(b[i])
+		}
+		if got := plain8(string(b[:]), 0); got != want {
+			t.Fatalf("%q: plain8 %v, want %v", b, got, want)
+		}
+	}
+}

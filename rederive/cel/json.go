@@ -266,6 +266,10 @@ func (d *celJSONDecoder) skipStr() (esc bool, err error) {
 	s := d.s
 	start := d.i + 1
 	for i := start; i < len(s); {
+		if i+8 <= len(s) && plain8(s, i) {
+			i += 8
+			continue
+		}
 		c := s[i]
 		switch {
 		case c == '"':
@@ -414,6 +418,10 @@ func (d *celJSONDecoder) str() (string, error) {
 	s := d.s
 	start := d.i + 1
 	for i := start; i < len(s); {
+		if i+8 <= len(s) && plain8(s, i) {
+			i += 8
+			continue
+		}
 		c := s[i]
 		switch {
 		case c == '"':

@@ -298,16 +298,31 @@ func (f *fold) result(spans []Span, shards []*shard, prepErrs []foldError, event
 	if r.Newest == nil {
 		r.Newest = make(map[string]EventRef, n)
 	}
+	// On a million keys the map inserts cost the most: States and Newest
+	// are filled at once.
+	type keySlot struct {
+		key string
+		sl  *slot
+		sh  *shard
+	}
+	all := make([]keySlot, 0, n)
 	for _, sh := range shards {
-		sh.keys.each(func(k string, sl *slot) {
-			r.States[k] = sl.state
-			if sl.hasRef && !sl.fromBase { // else base's, cloned above
-				r.Newest[k] = EventRef{Log: sh.logs[sl.log], Index: sl.index, ID: sl.id,
-					Time: time.Unix(0, sl.ns).UTC(), LeafHash: sl.leafHash}
-			}
-		})
+		sh.keys.each(func(k string, sl *slot) { all = append(all, keySlot{k, sl, sh}) })
 		r.Applied += sh.applied
 	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for _, e := range all {
+			r.States[e.key] = e.sl.state
+		}
+	})
+	for _, e := range all {
+		if sl := e.sl; sl.hasRef && !sl.fromBase { // else base's, cloned above
+			r.Newest[e.key] = EventRef{Log: e.sh.logs[sl.log], Index: sl.index, ID: sl.id,
+				Time: time.Unix(0, sl.ns).UTC(), LeafHash: sl.leafHash}
+		}
+	}
+	wg.Wait()
 	r.Errors = f.errors(shards, prepErrs)
 	r.ErrorCount = int(f.errCount.Load())
 	for _, s := range spans {

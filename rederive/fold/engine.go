@@ -376,6 +376,8 @@ type shard struct {
 	f       *fold
 	in      chan []step
 	keys    *keyTable
+	found   []*slot // the slots of a batch's steps
+	sink    int64
 	logs    []string // the spans' logs, then base's others: slot.log
 	applied uint64
 	errs    []foldError // the first maxErrors
@@ -409,6 +411,25 @@ func (sh *shard) newerThan(sl *slot, e *entry) bool {
 	return e.Index > sl.index
 }
 
+// locate looks up the slots of steps' keys, nil for those the table does
+// not hold yet. It runs ahead of the steps so that the cache misses of a
+// million keys' table and slots overlap, where each step would wait for
+// its own in turn.
+func (sh *shard) locate(steps []step) []*slot {
+	found := sh.found[:0]
+	for i := range steps {
+		found = append(found, sh.keys.find(steps[i].key))
+	}
+	var sink int64
+	for _, sl := range found {
+		if sl != nil {
+			sink += sl.ns
+		}
+	}
+	sh.found, sh.sink = found, sh.sink+sink
+	return found
+}
+
 // logOf returns the number of a log in sh.logs, adding it if need be.
 func (sh *shard) logOf(name string) int32 {
 	for i, l := range sh.logs {
@@ -433,9 +454,13 @@ func (sh *shard) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
+		found := sh.locate(steps)
 		for i := range steps {
 			st := &steps[i]
-			sl := sh.keys.find(st.key)
+			sl := found[i]
+			if sl == nil { // new, or added by an earlier step of the batch
+				sl = sh.keys.find(st.key)
+			}
 			var cur State
 			if sl != nil {
 				cur = sl.state

@@ -319,36 +319,39 @@ func TestFastPathKeepsNoPayload(t *testing.T) {
 	}
 }
 
-// TestPlain8 checks plain8 against a byte-by-byte test: every byte value,
-// at every position, among plain bytes and among others.
-func TestPlain8(t *testing.T) {
+// TestPlainRun checks plainRun against a byte-by-byte scan: every byte
+// value at every position of a run of plain bytes, and random mixes of
+// plain and special bytes.
+func TestPlainRun(t *testing.T) {
 	plain := func(c byte) bool { return c >= 0x20 && c < 0x80 && c != '"' && c != '\\' }
+	check := func(b []byte, i int) {
+		want := 0
+		for i+want < len(b) && plain(b[i+want]) {
+			want++
+		}
+		got := plainRun(string(b), i)
+		// plainRun may stop short of the end (fewer than 8 bytes left),
+		// never past a special byte, and finds the first one exactly.
+		if got > want || got < want && i+got+8 <= len(b) && (i+got >= len(b) || plain(b[i+got])) {
+			t.Fatalf("%q from %d: plainRun %d, want %d", b, i, got, want)
+		}
+	}
 	for _, fill := range []byte{'a', ' ', '~', '!', '#', '[', ']', 0x7f} {
-		for pos := range 8 {
+		for pos := range 20 {
 			for c := range 256 {
-				b := bytes.Repeat([]byte{fill}, 10)
+				b := bytes.Repeat([]byte{fill}, 24)
 				b[pos+1] = byte(c)
-				want := true
-				for _, x := range b[1:9] {
-					want = want && plain(x)
-				}
-				if got := plain8(string(b), 1); got != want {
-					t.Fatalf("%q: plain8 %v, want %v", b[1:9], got, want)
-				}
+				check(b, 1)
 			}
 		}
 	}
 	r := rand.New(rand.NewPCG(3, 4))
-	alphabet := []byte{0, 0x1f, 0x20, 0x21, '"', 0x23, '\\', 0x5b, 0x5d, 0x7f, 0x80, 0xc3, 0xff, 'a'}
-	for range 200_000 {
-		var b [8]byte
-		want := true
+	alphabet := []byte{0, 0x1f, 0x20, 0x21, '"', 0x23, '\\', 0x5b, 0x5d, 0x7f, 0x80, 0xc3, 0xff, 'a', 'b', 'c'}
+	for range 100_000 {
+		b := make([]byte, r.IntN(40))
 		for i := range b {
 			b[i] = alphabet[r.IntN(len(alphabet))]
-			want = want && plain(b[i])
 		}
-		if got := plain8(string(b[:]), 0); got != want {
-			t.Fatalf("%q: plain8 %v, want %v", b, got, want)
-		}
+		check(b, 0)
 	}
 }

@@ -266,9 +266,8 @@ func (d *celJSONDecoder) skipStr() (esc bool, err error) {
 	s := d.s
 	start := d.i + 1
 	for i := start; i < len(s); {
-		if i+8 <= len(s) && plain8(s, i) {
-			i += 8
-			continue
+		if i += plainRun(s, i); i >= len(s) {
+			break
 		}
 		c := s[i]
 		switch {
@@ -418,9 +417,8 @@ func (d *celJSONDecoder) str() (string, error) {
 	s := d.s
 	start := d.i + 1
 	for i := start; i < len(s); {
-		if i+8 <= len(s) && plain8(s, i) {
-			i += 8
-			continue
+		if i += plainRun(s, i); i >= len(s) {
+			break
 		}
 		c := s[i]
 		switch {

@@ -2,6 +2,7 @@ package cel
 
 import (
 	"encoding/binary"
+	"math/bits"
 	"unsafe"
 )
 
@@ -10,19 +11,28 @@ const (
 	swarHighs = 0x8080808080808080
 )
 
-// plain8 reports whether the 8 bytes of s at i (i+8 <= len(s)) are plain
-// string text: none is a quote, a backslash, a control character or a
-// byte of a multi-byte UTF-8 sequence. String scans skip such runs 8
-// bytes at a time, and look at the others byte by byte.
-func plain8(s string, i int) bool {
-	x := binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(s[i:]), 8))
-	// A byte of x below 0x20, or equal to '"' or '\\', sets its high
-	// bit here (exactly: these tests have no false negatives, and a
-	// false positive only sends the bytes to the byte-by-byte loop).
+// special8 returns a mask of the bytes of s[i:i+8] (i+8 <= len(s)) that
+// are not plain string text: a quote, a backslash, a control character
+// or a byte of a multi-byte UTF-8 sequence. Its lowest set bit is exact:
+// it is the high bit of the first such byte. (The tests below may flag a
+// plain byte after a flagged one, never one before, and never miss.)
+func special8(s string, i int) uint64 {
+	x := binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(s[i:]), 8)) // s[i] is the low byte
 	lt20 := (x - 0x20*swarOnes) &^ x
 	q := x ^ '"'*swarOnes
-	quote := (q - swarOnes) &^ q
 	b := x ^ '\\'*swarOnes
-	bslash := (b - swarOnes) &^ b
-	return (lt20|quote|bslash|x)&swarHighs == 0
+	return (lt20 | (q-swarOnes)&^q | (b-swarOnes)&^b | x) & swarHighs
+}
+
+// plainRun returns the number of plain string bytes at s[i:], counted 8
+// at a time: string scans skip them and look at the next byte.
+func plainRun(s string, i int) int {
+	j := i
+	for j+8 <= len(s) {
+		if m := special8(s, j); m != 0 {
+			return j - i + bits.TrailingZeros64(m)>>3
+		}
+		j += 8
+	}
+	return j - i
 }

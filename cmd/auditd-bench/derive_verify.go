@@ -182,12 +182,19 @@ func deriveSummary(e deriveE2E, f benchDeriveFlags, m *deriveManifestFile, worke
 	e2eOK := took.Seconds() < deriveTargetSeconds
 	line("end to end (Runner.Run)", fmt.Sprintf("%.1f s (%.1f CPU-s)", took.Seconds(), e.cpu.Seconds()), "< 60 s", e2eOK)
 	runFoldRate := float64(rep.Events) / e.foldSec
-	line("fold within the run (to last read)", fmt.Sprintf("%.0f events/s", runFoldRate), ">= 500000/s", runFoldRate >= deriveTargetFoldRate)
+	foldTarget, compTarget := fmt.Sprintf(">= %.0f/s", deriveTargetFoldRate), fmt.Sprintf(">= %.0f/s", deriveTargetCompRate)
+	line("fold within the run (to last read)", fmt.Sprintf("%.0f events/s", runFoldRate), foldTarget, runFoldRate >= deriveTargetFoldRate)
+	// On a shared machine the wall rates say how busy it is: the whole
+	// run's CPU time, spread over GOMAXPROCS CPUs, bounds the fold's rate on
+	// CPUs of its own from below.
+	cpuRate := float64(rep.Events) / (e.cpu.Seconds() / float64(runtime.GOMAXPROCS(0)))
+	fmt.Printf("  %-34s %-22s %-14s %s\n", "whole run on idle CPUs (CPU-s)", fmt.Sprintf("%.0f events/s", cpuRate), foldTarget, "(events / (CPU-s / GOMAXPROCS))")
+	res["events_per_cpu_rate"] = cpuRate
 	foldOK := foldRate >= deriveTargetFoldRate
 	compOK := compRate >= deriveTargetCompRate
 	if f.split {
-		line("Fold alone (split run)", fmt.Sprintf("%.0f events/s", foldRate), ">= 500000/s", foldOK)
-		line("Compare alone with PostgreSQL", fmt.Sprintf("%.0f rows/s", compRate), ">= 500000/s", compOK)
+		line("Fold alone (split run)", fmt.Sprintf("%.0f events/s", foldRate), foldTarget, foldOK)
+		line("Compare alone with PostgreSQL", fmt.Sprintf("%.0f rows/s", compRate), compTarget, compOK)
 	}
 	stateOK := rep.State == rederive.StateClean && drift == 0 && rep.Events == uint64(f.events) && rep.Stats.Matched == int64(m.Accounts)
 	line("state", fmt.Sprintf("%s, %d drift", rep.State, drift), "clean, 0", stateOK)

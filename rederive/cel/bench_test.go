@@ -81,6 +81,58 @@ func BenchmarkCELSumByKey(b *testing.B) {
 	})
 }
 
+// benchDeriveSpec is the derivation of auditd-bench derive: a sum of
+// amounts by account, without a filter.
+const benchDeriveSpec = `
+derivations:
+  - name: balances
+    sources: [payments]
+    key: event.account
+    initial: "0"
+    step: state + event.amount
+    store:
+      file: {path: balances.jsonl}
+`
+
+// BenchmarkCELSum measures Prepare and Step of auditd-bench derive's
+// sum by account over ~200-byte payments, with the fast path (the plan)
+// and without it (general).
+func BenchmarkCELSum(b *testing.B) {
+	evs := make([]*fold.Event, 2*benchAccounts)
+	for i := range evs {
+		p := fmt.Sprintf(`{"id":"e-%d","type":"payment","account":"acct-%06d","amount":%d,"currency":"EUR","memo":"%0120d"}`,
+			i, (i*7919)%benchAccounts, 1+(i*31)%99_999, i)
+		evs[i] = &fold.Event{Log: "payments", Index: uint64(i), ID: fmt.Sprint("e-", i), Time: time.Unix(1_700_000_000+int64(i), 0), Payload: []byte(p)}
+	}
+	for _, c := range []struct {
+		name string
+		plan bool
+	}{{"fast", true}, {"general", false}} {
+		b.Run(c.name, func(b *testing.B) {
+			d := benchDerivation(b, benchDeriveSpec).(*celDerivation)
+			if d.plan == nil {
+				b.Fatal("no plan")
+			}
+			if !c.plan {
+				d.plan = nil
+			}
+			b.SetBytes(int64(len(evs[0].Payload)))
+			states := make(map[string]fold.State)
+			b.ReportAllocs()
+			i := 0
+			cpu := processCPU()
+			for b.Loop() {
+				ev := evs[i%len(evs)]
+				i++
+				if err := benchApply(d, states, ev); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
 // processCPU returns the CPU time the process has used, in nanoseconds.
 func processCPU() int64 {
 	var ru syscall.Rusage

@@ -32,6 +32,8 @@ type celDerivation struct {
 
 	initialConst ref.Val // initial's value when it does not use key
 	usesMeta     bool    // filter, key or step reads meta
+
+	plan *fastPlan // nil: no fast path (plan.go)
 }
 
 func (d *celDerivation) Name() string { return d.name }
@@ -187,6 +189,9 @@ func compile(x Expressions) (*celDerivation, []*Error) {
 	d.initial = program(envs.initial, "initial", initial)
 	d.step = program(envs.step, "step", step)
 	d.usesMeta = celReferences(filter, "meta") || celReferences(key, "meta") || celReferences(step, "meta")
+	if !x.Raw && key != nil && step != nil {
+		d.plan = newFastPlan(filter, key, step)
+	}
 
 	if initial != nil && d.initial != nil && !celReferences(initial, "key") {
 		v, err := d.eval(d.initial, &celActivation{})

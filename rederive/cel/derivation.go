@@ -99,6 +99,11 @@ func (d *celDerivation) Prepare(ev *fold.Event) (keys []string, decoded any, err
 			keys, decoded, err = nil, nil, fmt.Errorf("internal error: %v", r)
 		}
 	}()
+	if d.plan != nil {
+		if keys, decoded, err, ok := d.prepareFast(ev); ok {
+			return keys, decoded, err
+		}
+	}
 	p := &celEvent{}
 	if d.raw {
 		p.event = types.Bytes(slices.Clone(ev.Payload))
@@ -112,31 +117,42 @@ func (d *celDerivation) Prepare(ev *fold.Event) (keys []string, decoded any, err
 		p.meta = newCELMeta(ev)
 	}
 	if d.filter != nil {
-		out, err := d.eval(d.filter, &p.celActivation)
-		if err != nil {
-			return nil, nil, fmt.Errorf("filter: %w", err)
-		}
-		b, ok := out.(types.Bool)
-		if !ok {
-			return nil, nil, fmt.Errorf("filter: got %s, want bool", out.Type().TypeName())
-		}
-		if !b {
-			return nil, nil, nil
+		if pass, err := d.filterCEL(&p.celActivation); err != nil || !pass {
+			return nil, nil, err
 		}
 	}
+	keys, err = d.keyCEL(p)
+	if err != nil || len(keys) == 0 {
+		return nil, nil, err
+	}
+	return keys, p, nil
+}
+
+// filterCEL runs the filter expression.
+func (d *celDerivation) filterCEL(act *celActivation) (bool, error) {
+	out, err := d.eval(d.filter, act)
+	if err != nil {
+		return false, fmt.Errorf("filter: %w", err)
+	}
+	b, ok := out.(types.Bool)
+	if !ok {
+		return false, fmt.Errorf("filter: got %s, want bool", out.Type().TypeName())
+	}
+	return bool(b), nil
+}
+
+// keyCEL runs the key expression, keeping its value in p.
+func (d *celDerivation) keyCEL(p *celEvent) ([]string, error) {
 	out, err := d.eval(d.key, &p.celActivation)
 	if err != nil {
-		return nil, nil, fmt.Errorf("key: %w", err)
+		return nil, fmt.Errorf("key: %w", err)
 	}
-	keys, err = celKeys(out)
+	keys, err := celKeys(out)
 	if err != nil {
-		return nil, nil, fmt.Errorf("key: %w", err)
-	}
-	if len(keys) == 0 {
-		return nil, nil, nil
+		return nil, fmt.Errorf("key: %w", err)
 	}
 	p.keyOut = out
-	return keys, p, nil
+	return keys, nil
 }
 
 // celKeys converts a key expression's value: a string or a list of
@@ -199,16 +215,21 @@ func (d *celDerivation) Step(state fold.State, decoded any, ev *fold.Event, key 
 	if !ok {
 		return nil, fmt.Errorf("step: state is %T, want a CEL value", state)
 	}
+	if p, ok := decoded.(*fastEvent); ok {
+		return d.stepFast(st, p, key)
+	}
 	p, ok := decoded.(*celEvent)
 	if !ok {
 		return nil, fmt.Errorf("step: decoded event is %T, want one from Prepare", decoded)
 	}
 	out, err := d.eval(d.step, &celActivation{event: p.event, meta: p.meta, state: st, key: p.keyVal(key)})
 	if err != nil {
-		return nil, fmt.Errorf("step: %w", err)
+		return nil, errStep(err)
 	}
 	return out, nil
 }
+
+func errStep(err error) error { return fmt.Errorf("step: %w", err) }
 
 // Export renders a state as plain Go values: nil, bool, int64, uint64,
 // float64, string, []byte, []any and map[string]any. Timestamps become

@@ -266,6 +266,9 @@ func (d *celJSONDecoder) skipStr() (esc bool, err error) {
 	s := d.s
 	start := d.i + 1
 	for i := start; i < len(s); {
+		if i += plainRun(s, i); i >= len(s) {
+			break
+		}
 		c := s[i]
 		switch {
 		case c == '"':
@@ -414,6 +417,9 @@ func (d *celJSONDecoder) str() (string, error) {
 	s := d.s
 	start := d.i + 1
 	for i := start; i < len(s); {
+		if i += plainRun(s, i); i >= len(s) {
+			break
+		}
 		c := s[i]
 		switch {
 		case c == '"':

@@ -9,7 +9,6 @@ import (
 	"maps"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -149,7 +148,10 @@ func Fold(ctx context.Context, d Derivation, base *Result, spans []Span, o Optio
 	shards := make([]*shard, w)
 	var wg sync.WaitGroup
 	for i := range shards {
-		sh := &shard{f: f, in: make(chan []step, 8), slots: make(map[string]*slot)}
+		sh := &shard{f: f, in: make(chan []step, 8), keys: newKeyTable()}
+		for _, s := range spans {
+			sh.logs = append(sh.logs, s.Pin.Log) // entries name their log by its span
+		}
 		shards[i] = sh
 		wg.Go(func() { sh.run(fctx) })
 	}
@@ -277,7 +279,7 @@ func (f *fold) result(spans []Span, shards []*shard, prepErrs []foldError, event
 	r := &Result{Derivation: f.d.Name(), Fingerprint: fingerprint, Events: events}
 	n := 0
 	for _, sh := range shards {
-		n += len(sh.slots)
+		n += sh.keys.len()
 	}
 	if f.base != nil {
 		r.States = maps.Clone(f.base.States)
@@ -296,15 +298,31 @@ func (f *fold) result(spans []Span, shards []*shard, prepErrs []foldError, event
 	if r.Newest == nil {
 		r.Newest = make(map[string]EventRef, n)
 	}
+	// On a million keys the map inserts cost the most: States and Newest
+	// are filled at once.
+	type keySlot struct {
+		key string
+		sl  *slot
+		sh  *shard
+	}
+	all := make([]keySlot, 0, n)
 	for _, sh := range shards {
-		for k, sl := range sh.slots {
-			r.States[k] = sl.state
-			if sl.hasRef {
-				r.Newest[k] = sl.ref
-			}
-		}
+		sh.keys.each(func(k string, sl *slot) { all = append(all, keySlot{k, sl, sh}) })
 		r.Applied += sh.applied
 	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for _, e := range all {
+			r.States[e.key] = e.sl.state
+		}
+	})
+	for _, e := range all {
+		if sl := e.sl; sl.hasRef && !sl.fromBase { // else base's, cloned above
+			r.Newest[e.key] = EventRef{Log: e.sh.logs[sl.log], Index: sl.index, ID: sl.id,
+				Time: time.Unix(0, sl.ns).UTC(), LeafHash: sl.leafHash}
+		}
+	}
+	wg.Wait()
 	r.Errors = f.errors(shards, prepErrs)
 	r.ErrorCount = int(f.errCount.Load())
 	for _, s := range spans {
@@ -357,31 +375,70 @@ type foldError struct {
 type shard struct {
 	f       *fold
 	in      chan []step
-	slots   map[string]*slot
-	free    []slot // preallocated slots
+	keys    *keyTable
+	found   []*slot // the slots of a batch's steps
+	sink    int64
+	logs    []string // the spans' logs, then base's others: slot.log
 	applied uint64
 	errs    []foldError // the first maxErrors
 }
 
+// slot is a key's state and its newest entry. It holds as few pointers as
+// it can (the log by number, the time in nanoseconds): with a million
+// keys, the collector scans every slot at each cycle.
 type slot struct {
-	state  State
-	ref    EventRef
-	ns     int64 // ref.Time in Unix nanoseconds
-	hasRef bool
+	state    State
+	id       string // the newest entry's
+	ns       int64  // its time, Unix nanoseconds
+	index    uint64
+	leafHash merkle.Hash
+	log      int32 // shard.logs[log]
+	hasRef   bool
+	fromBase bool // the newest entry is base's: the result keeps its EventRef
 }
 
-// newerThan reports whether the entry e, at ns, is newer than the slot's
-// newest entry.
-func (sl *slot) newerThan(e *Event, ns int64) bool {
+// newerThan reports whether the entry e is newer than the slot's newest
+// entry.
+func (sh *shard) newerThan(sl *slot, e *entry) bool {
 	switch {
-	case !sl.hasRef || ns > sl.ns:
+	case !sl.hasRef || e.ns > sl.ns:
 		return true
-	case ns < sl.ns:
+	case e.ns < sl.ns:
 		return false
-	case e.Log != sl.ref.Log:
-		return e.Log > sl.ref.Log
+	case e.span != sl.log:
+		return e.Log > sh.logs[sl.log]
 	}
-	return e.Index > sl.ref.Index
+	return e.Index > sl.index
+}
+
+// locate looks up the slots of steps' keys, nil for those the table does
+// not hold yet. It runs ahead of the steps so that the cache misses of a
+// million keys' table and slots overlap, where each step would wait for
+// its own in turn.
+func (sh *shard) locate(steps []step) []*slot {
+	found := sh.found[:0]
+	for i := range steps {
+		found = append(found, sh.keys.find(steps[i].key))
+	}
+	var sink int64
+	for _, sl := range found {
+		if sl != nil {
+			sink += sl.ns
+		}
+	}
+	sh.found, sh.sink = found, sh.sink+sink
+	return found
+}
+
+// logOf returns the number of a log in sh.logs, adding it if need be.
+func (sh *shard) logOf(name string) int32 {
+	for i, l := range sh.logs {
+		if l == name {
+			return int32(i)
+		}
+	}
+	sh.logs = append(sh.logs, name)
+	return int32(len(sh.logs) - 1)
 }
 
 func (sh *shard) run(ctx context.Context) {
@@ -397,9 +454,13 @@ func (sh *shard) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
+		found := sh.locate(steps)
 		for i := range steps {
 			st := &steps[i]
-			sl := sh.slots[st.key]
+			sl := found[i]
+			if sl == nil { // new, or added by an earlier step of the batch
+				sl = sh.keys.find(st.key)
+			}
 			var cur State
 			if sl != nil {
 				cur = sl.state
@@ -419,22 +480,18 @@ func (sh *shard) run(ctx context.Context) {
 				continue
 			}
 			if sl == nil {
-				if len(sh.free) == 0 {
-					sh.free = make([]slot, 256)
-				}
-				sl = &sh.free[0]
-				sh.free = sh.free[1:]
-				// The key may be a substring of the event's payload: a copy
-				// keeps the payload from staying alive with the map.
-				sh.slots[strings.Clone(st.key)] = sl
+				// The table copies the key, which may be a substring of
+				// the event's payload.
+				sl = sh.keys.add(st.key)
 				if ref, ok := base.newest(st.key); ok {
-					sl.ref, sl.ns, sl.hasRef = ref, ref.Time.UnixNano(), true
+					sl.id, sl.ns, sl.index, sl.leafHash = ref.ID, ref.Time.UnixNano(), ref.Index, ref.LeafHash
+					sl.log, sl.hasRef, sl.fromBase = sh.logOf(ref.Log), true, true
 				}
 			}
 			sl.state = next
-			if e := &st.e.Event; sl.newerThan(e, st.e.ns) {
-				sl.ref = EventRef{Log: e.Log, Index: e.Index, ID: e.ID, Time: e.Time, LeafHash: st.e.leafHash}
-				sl.ns, sl.hasRef = st.e.ns, true
+			if e := st.e; sh.newerThan(sl, e) {
+				sl.id, sl.ns, sl.index, sl.leafHash = e.ID, e.ns, e.Index, e.leafHash
+				sl.log, sl.hasRef, sl.fromBase = e.span, true, false
 			}
 			sh.applied++
 		}

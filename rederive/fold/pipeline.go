@@ -17,6 +17,7 @@ type entry struct {
 	Event
 	ns       int64 // Event.Time in Unix nanoseconds
 	leafHash merkle.Hash
+	span     int32 // the position of Event.Log in the pipeline's spans
 }
 
 // step is one key's application of a prepared entry.
@@ -199,6 +200,7 @@ func (p *pipeline) prepare(ctx context.Context, j job) (*batch, error) {
 			},
 			ns:       r.Leaf.Time,
 			leafHash: r.LeafHash,
+			span:     int32(j.span),
 		})
 		e := &ents[len(ents)-1]
 		keys, dec, err := p.d.Prepare(&e.Event)

@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/mod/sumdb/note"
 
@@ -163,15 +162,9 @@ func Open(dir string, signer note.Signer, v note.Verifier, opts ...Option) (*Sto
 	const memtable = 16 << 20
 	cache := pebble.NewCache(o.cacheBytes + 2*memtable)
 	defer cache.Unref()
-	po := &pebble.Options{
-		Cache:        cache,
-		MemTableSize: memtable,
-		Logger:       pebbleLogger{o.logger},
-	}
+	po := pebbleOptions()
+	po.Cache, po.MemTableSize, po.Logger = cache, memtable, pebbleLogger{o.logger}
 	po.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionBalanced })
-	for i := range po.Levels {
-		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
-	}
 	po.EnsureDefaults()
 	db, err := pebble.Open(dir, po)
 	if err != nil {

@@ -21,6 +21,18 @@ type idFilter struct {
 	layers []*blockedBloom
 	count  uint64 // keys in the newest layer
 	cap    uint64 // capacity of the newest layer
+	// unknown marks the id index buckets (top byte of an idHash) the open
+	// could not read: every id of one is "maybe", so that its lookup
+	// reports the damage instead of an append taking the id as new.
+	unknown *[256]bool
+}
+
+// addUnknown makes every key of bucket (the top byte of an idHash) "maybe".
+func (f *idFilter) addUnknown(bucket byte) {
+	if f.unknown == nil {
+		f.unknown = new([256]bool)
+	}
+	f.unknown[bucket] = true
 }
 
 const (
@@ -92,6 +104,9 @@ func (f *idFilter) add(h uint64) {
 }
 
 func (f *idFilter) mayContain(h uint64) bool {
+	if f.unknown != nil && f.unknown[h>>56] {
+		return true
+	}
 	key := filterKey(h)
 	for _, l := range f.layers {
 		if l.test(key) {

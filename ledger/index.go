@@ -287,9 +287,10 @@ func (l *Log) loadIndex(size uint64) (idFilter, error) {
 		case 17: // layout 1
 			f.add(binary.BigEndian.Uint64(k[9:]))
 		case packedKeyLen:
-			// A malformed bucket is not fatal here: a lookup that reads it
-			// fails with the same error.
+			// A malformed bucket is not fatal here: its ids are all
+			// "maybe", and a lookup that reads it fails with the error.
 			if err := packedKeys(it.Value(), kindIDIndex, k[9], f.add); err != nil {
+				f.addUnknown(k[9])
 				l.s.log.Error("id index bucket does not decode", "log", l.name, "chunk", binary.BigEndian.Uint32(k[5:]), "bucket", k[9], "err", err)
 			}
 		}

@@ -375,3 +375,39 @@ func layout1Stored(t *testing.T, v []byte) []byte {
 	out = binary.AppendUvarint(out, uint64(len(id)))
 	return append(append(out, id...), rest...)
 }
+
+// A packed index bucket that does not decode fails the lookups that read
+// it, and an append of an id filed there is refused, not appended again;
+// the store still opens.
+func TestPackedBucketMalformed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("appends an index chunk of entries")
+	}
+	t.Parallel()
+	s, _ := newTestStore(t, WithCheckpointInterval(0))
+	l := mustCreateLog(t, s, "c")
+	n := indexChunk + 10
+	appendUUIDs(t, l, 0, n)
+	base := faultBase{cfg: testStores[s], id: l.id, size: uint64(n)}
+	s.Close()
+	e := uuidEntry(5)
+	bucket := byte(idHash(e.ID) >> 56)
+	_, l, _ = base.mustFault(t, setKey(packedKey(kindIDIndex, base.id, 0, bucket), []byte{1, 2, 3, 4, 5}))
+	if _, err := l.EntryByID(e.ID); err == nil || errors.Is(err, ErrNotFound) || !errors.Is(err, errPacked) {
+		t.Fatalf("EntryByID through a malformed bucket = %v, want errPacked", err)
+	}
+	if _, err := l.Append(context.Background(), []Entry{e}); err == nil {
+		t.Fatal("a retry of an entry filed in a malformed bucket was appended")
+	}
+	if l.Size() != uint64(n) {
+		t.Fatalf("size %d, want %d", l.Size(), n)
+	}
+	// Other buckets answer.
+	for i := 6; i < 40; i++ {
+		if o := uuidEntry(i); byte(idHash(o.ID)>>56) != bucket {
+			if rec, err := l.EntryByID(o.ID); err != nil || rec.Index != uint64(i) {
+				t.Fatalf("EntryByID(entry %d) = %v, %v", i, rec, err)
+			}
+		}
+	}
+}

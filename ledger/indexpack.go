@@ -117,9 +117,10 @@ func packChunk(kind byte, log uint32, c uint64, entries []indexEntry, set func(k
 	return nil
 }
 
-// chunkState is what the chunks key records: the chunks ingested, and the
-// first chunk in the packed layout (those below it are in layout 1). A
-// value of 8 bytes is layout 1's: every chunk it counts is in layout 1.
+// decodeChunks decodes the chunk record (the x key): the chunks ingested,
+// and the first chunk in the packed layout (those below it are in layout
+// 1). A value of 8 bytes is layout 1's: every chunk it counts is in layout
+// 1.
 func decodeChunks(v []byte) (chunks, packedFrom uint64, err error) {
 	switch len(v) {
 	case 8:

@@ -45,6 +45,7 @@ func BenchmarkAppend(b *testing.B) {
 	var mu sync.Mutex
 	b.SetBytes(256 * per)
 	b.ResetTimer()
+	defer cpuMeter(b)()
 	var wg sync.WaitGroup
 	for p := 0; p < 4; p++ {
 		wg.Add(1)
@@ -95,6 +96,7 @@ func BenchmarkLeafInclusion(b *testing.B) {
 		}
 	}
 	b.ResetTimer()
+	defer cpuMeter(b)()
 	b.RunParallel(func(pb *testing.PB) {
 		i := uint64(0)
 		for pb.Next() {

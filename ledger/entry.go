@@ -111,8 +111,9 @@ func sameContent(a, b *merkle.Leaf) bool {
 // Stored entry encoding (the value of an entry key). The log name is implied
 // by the key and the payload hash by the payload, so neither is stored:
 //
-//	flags u8 (bit 0 key, 1 time assigned, 2 source, 3 payload is JSON, 4 payload pruned)
-//	uvarint len, id
+//	flags u8 (bit 0 key, 1 time assigned, 2 source, 3 payload is JSON, 4 payload pruned,
+//	          7 packed id)
+//	uvarint len, id; or with bit 7 the packed id (packid.go: uvarint header, bytes)
 //	[uvarint len, key]
 //	time i64 big-endian Unix nanoseconds
 //	[uvarint len, topic; uvarint partition; uvarint offset]
@@ -127,7 +128,8 @@ const (
 	sPruned       = 1 << 4
 	sHeaders      = 1 << 5
 	sMarks        = 1 << 6
-	sKnown        = sKey | sTimeAssigned | sSource | sPayloadJSON | sPruned | sHeaders | sMarks
+	sPackedID     = 1 << 7 // storage layout 2; layout 1 entries never set it
+	sKnown        = sKey | sTimeAssigned | sSource | sPayloadJSON | sPruned | sHeaders | sMarks | sPackedID
 )
 
 // appendStored appends the stored form of an entry; a nil payload with
@@ -155,9 +157,17 @@ func appendStored(b []byte, l *merkle.Leaf, payload []byte, payloadJSON, omitted
 	if l.Marks != 0 {
 		f |= sMarks
 	}
+	form, n, packed := packForm(l.ID)
+	if packed {
+		f |= sPackedID
+	}
 	b = append(b, f)
-	b = binary.AppendUvarint(b, uint64(len(l.ID)))
-	b = append(b, l.ID...)
+	if packed {
+		b = appendPackedID(b, l.ID, form, n)
+	} else {
+		b = binary.AppendUvarint(b, uint64(len(l.ID)))
+		b = append(b, l.ID...)
+	}
 	if l.HasKey {
 		b = binary.AppendUvarint(b, uint64(len(l.Key)))
 		b = append(b, l.Key...)
@@ -267,7 +277,14 @@ func (sr *storedReader) uv() (uint64, bool) {
 // id, key, time, source, headers, marks. It reports false on malformed
 // input; what is left in sr.b is the payload (or its hash).
 func (sr *storedReader) fields(f byte, l *merkle.Leaf) bool {
-	id, ok := sr.str()
+	var id []byte
+	ok := false
+	if f&sPackedID != 0 {
+		var buf [64]byte
+		id, sr.b, ok = unpackID(buf[:0], sr.b)
+	} else {
+		id, ok = sr.str()
+	}
 	if !ok {
 		return false
 	}

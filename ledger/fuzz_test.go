@@ -19,6 +19,11 @@ func fuzzStoredSeeds(f *testing.F) [][]byte {
 		{Log: fuzzLogName, ID: "evt-4", Source: &merkle.Source{Topic: "payments", Partition: -1, Offset: -1}},
 		{Log: fuzzLogName, ID: "evt-5", HasKey: true, Key: []byte{0, 0xff}, Source: &merkle.Source{Topic: "t", Partition: 1 << 30, Offset: 1 << 62}},
 		{Log: fuzzLogName, ID: "evt-6", Source: &merkle.Source{Topic: "t", Offset: 9}, Headers: []merkle.Header{{Key: "id", Value: []byte("x")}, {Key: "id", Value: []byte{}}}, Marks: merkle.MarkNotJSON | merkle.MarkEmpty},
+		// Ids that pack (packid.go).
+		{Log: fuzzLogName, ID: "0f8e2c1a-7b3d-4e5f-9a6b-1c2d3e4f5a6b", Time: 7},
+		{Log: fuzzLogName, ID: "0F8E2C1A-7B3D-4E5F-9A6B-1C2D3E4F5A6B", HasKey: true, Key: []byte("k"), Time: 8},
+		{Log: fuzzLogName, ID: "0123456789abcdef0123456789abcdef", Source: &merkle.Source{Topic: "t", Offset: 1}},
+		{Log: fuzzLogName, ID: "ABCDEF", Marks: merkle.MarkEmpty},
 	}
 	var out [][]byte
 	for i, l := range leaves {
@@ -78,6 +83,8 @@ func FuzzStoredRoundTrip(f *testing.F) {
 	f.Add("evt-2", byte(sKey|sPayloadJSON), []byte("k"), int64(1704164645123456789), "", int32(0), int64(0), []byte(`{"a":1}`))
 	f.Add("evt-3", byte(sKey|sTimeAssigned|sSource), []byte{}, int64(-1), "payments", int32(-5), int64(-1), []byte{0, 1, 2})
 	f.Add("evt-4", byte(sSource), []byte(nil), int64(1<<62), "", int32(1<<31-1), int64(1<<63-1), bytes.Repeat([]byte{9}, 300))
+	f.Add("0f8e2c1a-7b3d-4e5f-9a6b-1c2d3e4f5a6b", byte(0), []byte(nil), int64(5), "", int32(0), int64(0), []byte("p"))
+	f.Add("0123456789ABCDEF", byte(sKey), []byte("k"), int64(5), "", int32(0), int64(0), []byte("p"))
 	f.Fuzz(func(t *testing.T, id string, flags byte, key []byte, tm int64, topic string, part int32, off int64, payload []byte) {
 		l := merkle.Leaf{Log: fuzzLogName, ID: id, Time: tm, TimeAssigned: flags&sTimeAssigned != 0, PayloadSHA256: sha256.Sum256(payload)}
 		if flags&sKey != 0 {

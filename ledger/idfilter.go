@@ -12,14 +12,27 @@ import (
 // tests few layers (a 10M-entry log has four).
 //
 // Each layer is a blocked Bloom filter: all of a key's bits fall in one
-// 64-byte block, so a test costs one cache miss per layer. The keys are
-// already SHA-256 prefixes, uniformly random, so their bits are used as the
-// hash directly. (github.com/bits-and-blooms/bloom, tried first, rehashes
+// 64-byte block, so a test costs one cache miss per layer. A key is an
+// idHash, of which the filter takes the top 40 bits (what a packed id
+// index bucket keeps, so the open can rebuild the filter from the index:
+// see indexpack.go), mixed into 64 uniformly random bits. (github.com/bits-and-blooms/bloom, tried first, rehashes
 // every key and probes a cache line per bit: it was 8% of the append path.)
 type idFilter struct {
 	layers []*blockedBloom
 	count  uint64 // keys in the newest layer
 	cap    uint64 // capacity of the newest layer
+	// unknown marks the id index buckets (top byte of an idHash) the open
+	// could not read: every id of one is "maybe", so that its lookup
+	// reports the damage instead of an append taking the id as new.
+	unknown *[256]bool
+}
+
+// addUnknown makes every key of bucket (the top byte of an idHash) "maybe".
+func (f *idFilter) addUnknown(bucket byte) {
+	if f.unknown == nil {
+		f.unknown = new([256]bool)
+	}
+	f.unknown[bucket] = true
 }
 
 const (
@@ -68,7 +81,16 @@ func (b *blockedBloom) test(h uint64) bool {
 	return true
 }
 
-func (f *idFilter) add(key uint64) {
+// filterKey mixes the top 40 bits of an idHash (splitmix64's finalizer).
+func filterKey(h uint64) uint64 {
+	z := h >> 24
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
+}
+
+func (f *idFilter) add(h uint64) {
+	key := filterKey(h)
 	if len(f.layers) == 0 || f.count >= f.cap {
 		c := uint64(idFilterFirst)
 		if f.cap > 0 {
@@ -81,7 +103,11 @@ func (f *idFilter) add(key uint64) {
 	f.count++
 }
 
-func (f *idFilter) mayContain(key uint64) bool {
+func (f *idFilter) mayContain(h uint64) bool {
+	if f.unknown != nil && f.unknown[h>>56] {
+		return true
+	}
+	key := filterKey(h)
 	for _, l := range f.layers {
 		if l.test(key) {
 			return true

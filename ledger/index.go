@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
@@ -49,6 +50,10 @@ func chunkKey(kind byte, log uint32, chunk uint32, h uint64) []byte {
 // tailIndex indexes the entries at and above start: those not yet in an
 // ingested chunk. Readers, the writer and the chunk ingester share it.
 type tailIndex struct {
+	// packedFrom is the first chunk in the packed layout (indexpack.go);
+	// chunks below it are in layout 1. Set when the log loads.
+	packedFrom atomic.Uint64
+
 	mu    sync.RWMutex
 	start uint64
 	// ids and hashes list the index entries in index order, so a chunk is a
@@ -191,7 +196,17 @@ func (l *Log) indexLookup(kind byte, h uint64) ([]uint64, error) {
 		return nil, err
 	}
 	defer it.Close()
+	packed := l.tail.packedFrom.Load()
 	for c := n; c > 0; c-- {
+		if c-1 >= packed {
+			key := packedKey(kind, l.id, uint32(c-1), byte(h>>56))
+			if it.SeekPrefixGE(key) && bytes.Equal(it.Key(), key) {
+				if out, err = packedLookup(it.Value(), kind, c-1, h, out); err != nil {
+					return nil, fmt.Errorf("ledger: %s: index chunk %d: %w", l.name, c-1, err)
+				}
+			}
+			continue
+		}
 		key := chunkKey(kind, l.id, uint32(c-1), h)
 		if it.SeekPrefixGE(key) && bytes.Equal(it.Key(), key) {
 			idx, ok := decodeIndexes(it.Value())
@@ -215,7 +230,7 @@ func (l *Log) ingestChunks(size uint64) error {
 				return fmt.Errorf("ledger: %s: index chunk %d: %w", l.name, c, err)
 			}
 		}
-		if err := l.s.db.Set(chunksKey(l.id), binary.BigEndian.AppendUint64(nil, c+1), pebble.Sync); err != nil {
+		if err := l.s.db.Set(chunksKey(l.id), encodeChunks(c+1, l.tail.packedFrom.Load()), pebble.Sync); err != nil {
 			return err
 		}
 		l.chunks.Store(c + 1)
@@ -236,17 +251,9 @@ func (l *Log) ingestChunk(kind byte, c uint64) error {
 	}
 	defer os.Remove(path) // Ingest links the file into the store
 	w := sstable.NewWriter(objstorageprovider.NewFileWritable(f), l.s.po.MakeWriterOptions(6, l.s.db.TableFormat()))
-	var val []byte
-	for i := 0; i < len(entries); {
-		h := entries[i].h
-		val = val[:0]
-		for ; i < len(entries) && entries[i].h == h; i++ {
-			val = binary.AppendUvarint(val, entries[i].index)
-		}
-		if err := w.Set(chunkKey(kind, l.id, uint32(c), h), val); err != nil {
-			w.Close()
-			return err
-		}
+	if err := packChunk(kind, l.id, c, entries, w.Set); err != nil {
+		w.Close()
+		return err
 	}
 	if err := w.Close(); err != nil {
 		return err
@@ -258,22 +265,34 @@ func (l *Log) ingestChunk(kind byte, c uint64) error {
 // id filter: ingested chunks' keys are scanned, newer entries are read.
 func (l *Log) loadIndex(size uint64) (idFilter, error) {
 	var f idFilter
-	var chunks uint64
+	var chunks, packed uint64
 	v, closer, err := l.s.db.Get(chunksKey(l.id))
 	switch {
 	case err == nil:
-		chunks = binary.BigEndian.Uint64(v)
+		chunks, packed, err = decodeChunks(v)
 		closer.Close()
+		if err != nil {
+			return f, fmt.Errorf("ledger: %s: %w", l.name, err)
+		}
 	case !errors.Is(err, pebble.ErrNotFound):
 		return f, err
 	}
+	l.tail.packedFrom.Store(packed)
 	it, err := l.s.db.NewIter(&pebble.IterOptions{LowerBound: logKey(kindIDIndex, l.id, 0), UpperBound: logKey(kindIDIndex, l.id+1, 0)})
 	if err != nil {
 		return f, err
 	}
 	for it.First(); it.Valid(); it.Next() {
-		if k := it.Key(); len(k) == 17 {
+		switch k := it.Key(); len(k) {
+		case 17: // layout 1
 			f.add(binary.BigEndian.Uint64(k[9:]))
+		case packedKeyLen:
+			// A malformed bucket is not fatal here: its ids are all
+			// "maybe", and a lookup that reads it fails with the error.
+			if err := packedKeys(it.Value(), kindIDIndex, k[9], f.add); err != nil {
+				f.addUnknown(k[9])
+				l.s.log.Error("id index bucket does not decode", "log", l.name, "chunk", binary.BigEndian.Uint32(k[5:]), "bucket", k[9], "err", err)
+			}
 		}
 	}
 	if err := it.Close(); err != nil {

@@ -18,7 +18,14 @@ const (
 	kindCheckpoint = 'c' // c log size(u64)            -> signed checkpoint note
 	kindSource     = 's' // s log                      -> source position (see source.go)
 	kindBucket     = 'b' // b name 0x00 key            -> other components' state (see bucket.go)
+	kindLayout     = 'v' // v                          -> storage layout version (u32); absent: 1
 )
+
+// storageLayout is the storage layout this code writes (see "Pebble storage
+// layout" in docs/ledger-format.md). It reads layout 1 too: an entry says
+// which it is (flag bit 7), and a log's chunk record which of its index
+// chunks are packed.
+const storageLayout = 2
 
 func logKey(kind byte, log uint32, extra int) []byte {
 	k := make([]byte, 5, 5+extra)

@@ -52,6 +52,7 @@ func BenchmarkEntries(b *testing.B) {
 	l := benchReadLog(b, benchReadEntries)
 	ctx := context.Background()
 	b.ResetTimer()
+	defer cpuMeter(b)()
 	done := 0
 	for done < b.N {
 		to := uint64(min(benchReadEntries, b.N-done))
@@ -68,6 +69,7 @@ func BenchmarkScanEntries(b *testing.B) {
 	l := benchReadLog(b, benchReadEntries)
 	ctx := context.Background()
 	b.ResetTimer()
+	defer cpuMeter(b)()
 	done := 0
 	for done < b.N {
 		to := uint64(min(benchReadEntries, b.N-done))
@@ -82,6 +84,7 @@ func BenchmarkScanEntries(b *testing.B) {
 func BenchmarkEntry(b *testing.B) {
 	l := benchReadLog(b, benchReadEntries)
 	b.ResetTimer()
+	defer cpuMeter(b)()
 	i := uint64(0)
 	for n := 0; n < b.N; n++ {
 		i = (i*6364136223846793005 + 1442695040888963407) % benchReadEntries
@@ -95,6 +98,7 @@ func BenchmarkEntry(b *testing.B) {
 func BenchmarkEntryByID(b *testing.B) {
 	l := benchReadLog(b, benchReadEntries)
 	b.ResetTimer()
+	defer cpuMeter(b)()
 	i := uint64(0)
 	for n := 0; n < b.N; n++ {
 		i = (i*6364136223846793005 + 1442695040888963407) % benchReadEntries
@@ -113,6 +117,7 @@ func BenchmarkLeafInclusion100k(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
+	defer cpuMeter(b)()
 	i := uint64(0)
 	for n := 0; n < b.N; n++ {
 		i = (i*6364136223846793005 + 1442695040888963407) % benchReadEntries
@@ -131,6 +136,7 @@ func BenchmarkVerifiedLeafInclusion100k(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
+	defer cpuMeter(b)()
 	i := uint64(0)
 	for n := 0; n < b.N; n++ {
 		i = (i*6364136223846793005 + 1442695040888963407) % benchReadEntries

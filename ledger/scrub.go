@@ -14,7 +14,6 @@ import (
 	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/bloom"
 
 	"github.com/auditd/auditd/merkle"
 )
@@ -44,15 +43,10 @@ func OpenRaw(dir string, opts ...Option) (*RawStore, error) {
 	}
 	cache := pebble.NewCache(o.cacheBytes)
 	defer cache.Unref()
-	po := &pebble.Options{
-		Cache:            cache,
-		ReadOnly:         true,
-		ErrorIfNotExists: true,
-		Logger:           pebbleLogger{o.logger},
-	}
-	for i := range po.Levels {
-		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
-	}
+	po := pebbleOptions()
+	// Read-only: the store keeps the format it has.
+	po.FormatMajorVersion = pebble.FormatDefault
+	po.Cache, po.ReadOnly, po.ErrorIfNotExists, po.Logger = cache, true, true, pebbleLogger{o.logger}
 	po.EnsureDefaults()
 	db, err := pebble.Open(dir, po)
 	if err != nil {
@@ -208,9 +202,7 @@ func (r *RawLog) IndexChunks() (recorded, stored uint64, err error) {
 	v, closer, err := r.r.Get(chunksKey(r.id))
 	switch {
 	case err == nil:
-		if len(v) == 8 {
-			recorded = binary.BigEndian.Uint64(v)
-		}
+		recorded, _, _ = decodeChunks(v) // a malformed record counts none
 		closer.Close()
 	case !errors.Is(err, pebble.ErrNotFound):
 		return 0, 0, err
@@ -221,7 +213,7 @@ func (r *RawLog) IndexChunks() (recorded, stored uint64, err error) {
 			return 0, 0, err
 		}
 		if it.Last() {
-			if k := it.Key(); len(k) == 17 {
+			if k := it.Key(); len(k) == 17 || len(k) == packedKeyLen { // layout 1, packed
 				stored = max(stored, uint64(binary.BigEndian.Uint32(k[5:]))+1)
 			}
 		}
@@ -479,6 +471,7 @@ type scratch struct {
 	source  merkle.Source
 	headers []merkle.Header
 	buf     []byte
+	id      []byte // a packed id's text
 }
 
 // leafHash decodes a stored entry (the encoding of appendStored, as
@@ -515,7 +508,16 @@ func (sc *scratch) leafHash(log string, b []byte) (merkle.Hash, error) {
 		b = b[k:]
 		return v
 	}
-	l.ID = alias(str())
+	if f&sPackedID != 0 {
+		id, rest, ok := unpackID(sc.id[:0], b)
+		if !ok {
+			return merkle.Hash{}, errStored
+		}
+		sc.id, b = id, rest
+		l.ID = alias(id)
+	} else {
+		l.ID = alias(str())
+	}
 	if f&sKey != 0 {
 		k := str()
 		l.HasKey, l.Key = true, k

@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/mod/sumdb/note"
 
@@ -163,18 +162,16 @@ func Open(dir string, signer note.Signer, v note.Verifier, opts ...Option) (*Sto
 	const memtable = 16 << 20
 	cache := pebble.NewCache(o.cacheBytes + 2*memtable)
 	defer cache.Unref()
-	po := &pebble.Options{
-		Cache:        cache,
-		MemTableSize: memtable,
-		Logger:       pebbleLogger{o.logger},
-	}
+	po := pebbleOptions()
+	po.Cache, po.MemTableSize, po.Logger = cache, memtable, pebbleLogger{o.logger}
 	po.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionBalanced })
-	for i := range po.Levels {
-		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
-	}
 	po.EnsureDefaults()
 	db, err := pebble.Open(dir, po)
 	if err != nil {
+		return nil, fmt.Errorf("ledger: open %s: %w", dir, err)
+	}
+	if err := markLayout(db); err != nil {
+		db.Close()
 		return nil, fmt.Errorf("ledger: open %s: %w", dir, err)
 	}
 	s := &Store{db: db, dir: dir, po: po, signer: signer, verifier: v, opts: o, log: o.logger, metrics: newMetrics(), quit: make(chan struct{}), tiles: newTileCache(), logs: map[string]*Log{}, nextID: 1}
@@ -187,6 +184,30 @@ func Open(dir string, signer note.Signer, v note.Verifier, opts ...Option) (*Sto
 		return nil, err
 	}
 	return s, nil
+}
+
+// markLayout records that the store may hold data of storageLayout, once.
+// Code of layout 1 does not read the marker: it reports layout 2 entries as
+// corrupt, so a store opened by this code is not opened by an older one.
+func markLayout(db *pebble.DB) error {
+	v, closer, err := db.Get([]byte{kindLayout})
+	switch {
+	case err == nil:
+		have := uint32(0)
+		if len(v) == 4 {
+			have = binary.BigEndian.Uint32(v)
+		}
+		closer.Close()
+		if have > storageLayout {
+			return fmt.Errorf("storage layout %d is newer than this version's %d", have, storageLayout)
+		}
+		if have == storageLayout {
+			return nil
+		}
+	case !errors.Is(err, pebble.ErrNotFound):
+		return err
+	}
+	return db.Set([]byte{kindLayout}, binary.BigEndian.AppendUint32(nil, storageLayout), pebble.Sync)
 }
 
 // Collectors returns the ledger's Prometheus collectors.
@@ -350,7 +371,7 @@ func (s *Store) DiskUsage() (Usage, error) {
 	m := s.db.Metrics()
 	u := Usage{Total: m.DiskSpaceUsage(), Tables: m.Table.Local.LiveSize, WAL: m.WAL.PhysicalSize + m.WAL.ObsoletePhysicalSize, ByKind: map[string]uint64{}}
 	u.Other = u.Total - u.Tables - u.WAL
-	kinds := map[byte]string{kindEntry: "entries", kindIDIndex: "id index", kindHashIndex: "leaf hash index", kindTile: "tiles", kindCheckpoint: "checkpoints", kindMeta: "metadata", kindName: "names", kindChunks: "index chunks", kindSource: "source positions", kindBucket: "buckets"}
+	kinds := map[byte]string{kindEntry: "entries", kindIDIndex: "id index", kindHashIndex: "leaf hash index", kindTile: "tiles", kindCheckpoint: "checkpoints", kindMeta: "metadata", kindName: "names", kindChunks: "index chunks", kindSource: "source positions", kindBucket: "buckets", kindLayout: "layout version"}
 	for k, name := range kinds {
 		n, err := s.db.EstimateDiskUsage([]byte{k}, []byte{k + 1})
 		if err != nil {

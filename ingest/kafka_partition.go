@@ -70,6 +70,14 @@ func (p *partition) updateLag(hwm int64) {
 	p.k.m.lag.WithLabelValues(p.name).Set(float64(max(hwm-next, 0)))
 }
 
+// partitionQueue is how many polled batches a partition's queue holds.
+// With the batch being built, the chunk queued and the one appending, a
+// partition holds at most five polls' records (each within the fetch's
+// per-partition bound), as it did with four queued and one appending before
+// the build stage: the consuming loop blocks on a full queue, and the
+// client stops fetching once its buffered fetch is not taken.
+const partitionQueue = 2
+
 // chunk is at most BatchRecords records of a batch, with their entries
 // built ahead of the append; last says it ends its batch.
 type chunk struct {
@@ -84,7 +92,6 @@ type chunk struct {
 // values) while this one appends the previous chunk and waits for it to be
 // durable. The appends stay in order, one at a time: each commits the
 // position after its records, so the position never leads the entries.
-// At most three chunks are in hand (building, queued, appending).
 func (p *partition) run() {
 	defer close(p.done)
 	if err := p.recordTopicID(); err != nil {

@@ -140,7 +140,7 @@ func (k *Kafka) partition(topic string, part int32) (p *partition, fresh bool, e
 			return nil, false, fmt.Errorf("log %s records source %s/%d, not %s/%d", name, pos.Topic, pos.Partition, topic, part)
 		}
 	}
-	p = &partition{k: k, name: name, topic: topic, log: l, pos: *pos, topicID: pos.TopicID, in: make(chan batch, 4), done: make(chan struct{}), progressAt: time.Now()}
+	p = &partition{k: k, name: name, topic: topic, log: l, pos: *pos, topicID: pos.TopicID, in: make(chan batch, partitionQueue), done: make(chan struct{}), progressAt: time.Now()}
 	p.consumed = k.m.consumed.WithLabelValues(name)
 	p.bytes = k.m.bytes.WithLabelValues(name)
 	p.gaps = k.m.gaps.WithLabelValues(name)

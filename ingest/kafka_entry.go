@@ -2,7 +2,6 @@ package ingest
 
 import (
 	"crypto/sha256"
-	"encoding/json"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -15,7 +14,10 @@ import (
 
 // entry turns a record into a ledger entry: a pure function of the record,
 // so two instances consuming one partition build identical leaves.
-func (k *Kafka) entry(r *kgo.Record) ledger.Entry { return recordEntry(&k.cfg, r) }
+func (k *Kafka) entry(r *kgo.Record) ledger.Entry {
+	b := entryBuilder{cfg: &k.cfg, log: LogName(r.Topic, r.Partition)}
+	return b.entry(r)
+}
 
 // RecordLeaf returns the leaf hash the Kafka source configured by cfg gives
 // record r in its partition's log, for comparing a record read again from
@@ -26,18 +28,49 @@ func (k *Kafka) entry(r *kgo.Record) ledger.Entry { return recordEntry(&k.cfg, r
 // recomputed from r.
 func RecordLeaf(cfg KafkaConfig, r *kgo.Record, held *merkle.Leaf) merkle.Hash {
 	cfg.setDefaults()
-	e := recordEntry(&cfg, r)
+	log := LogName(r.Topic, r.Partition)
+	b := entryBuilder{cfg: &cfg, log: log}
+	e := b.entry(r)
 	if held != nil && held.Marks&merkle.MarkDuplicateID != 0 {
 		e.ID = held.ID
 		e.Marks |= merkle.MarkDuplicateID
 	}
-	return leafOf(LogName(r.Topic, r.Partition), &e)
+	return leafOf(log, &e)
 }
 
-// recordEntry is the entry the source builds from r under cfg (defaults
-// set).
-func recordEntry(k *KafkaConfig, r *kgo.Record) ledger.Entry {
-	src := &merkle.Source{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
+// entryBuilder builds the entries of one partition's records under cfg
+// (defaults set). It hands out the entries' sources and headers from
+// slabs, one allocation per batch of records rather than per record.
+type entryBuilder struct {
+	cfg  *KafkaConfig
+	log  string // LogName of the records' partition
+	srcs []merkle.Source
+	hdrs []merkle.Header
+}
+
+// entries builds the entries of recs, records of b's partition.
+func (b *entryBuilder) entries(recs []*kgo.Record) []ledger.Entry {
+	nh := 0
+	for _, r := range recs {
+		nh += len(r.Headers)
+	}
+	b.srcs, b.hdrs = make([]merkle.Source, len(recs)), make([]merkle.Header, 0, nh)
+	out := make([]ledger.Entry, len(recs))
+	for i, r := range recs {
+		out[i] = b.entry(r)
+	}
+	return out
+}
+
+// entry is the entry the source builds from r.
+func (b *entryBuilder) entry(r *kgo.Record) ledger.Entry {
+	var src *merkle.Source
+	if len(b.srcs) > 0 {
+		src, b.srcs = &b.srcs[0], b.srcs[1:]
+	} else {
+		src = new(merkle.Source)
+	}
+	*src = merkle.Source{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
 	e := ledger.Entry{Source: src, Time: r.Timestamp, HasKey: r.Key != nil, Key: r.Key}
 	if len(e.Key) > merkle.MaxKey {
 		h := sha256.Sum256(e.Key)
@@ -47,19 +80,25 @@ func recordEntry(k *KafkaConfig, r *kgo.Record) ledger.Entry {
 	if e.Time.IsZero() {
 		e.Time = time.Unix(0, 0).UTC()
 	}
-	for _, h := range r.Headers {
-		if h.Key == k.IDHeader && e.ID == "" && len(h.Value) > 0 && len(h.Value) <= merkle.MaxID && utf8.Valid(h.Value) {
-			e.ID = string(h.Value)
+	if len(r.Headers) > 0 {
+		// A full-capacity slice of the slab: appending to it (Fit does
+		// not) could not write over the next entry's headers.
+		n := len(b.hdrs)
+		for _, h := range r.Headers {
+			if h.Key == b.cfg.IDHeader && e.ID == "" && len(h.Value) > 0 && len(h.Value) <= merkle.MaxID && utf8.Valid(h.Value) {
+				e.ID = string(h.Value)
+			}
+			b.hdrs = append(b.hdrs, merkle.Header{Key: h.Key, Value: h.Value})
 		}
-		e.Headers = append(e.Headers, merkle.Header{Key: h.Key, Value: h.Value})
+		e.Headers = b.hdrs[n:len(b.hdrs):len(b.hdrs)]
 	}
 	if e.ID == "" {
 		e.ID = positionID(src)
 	}
-	fitLeaf(LogName(r.Topic, r.Partition), &e)
+	fitLeaf(b.log, &e)
 	v := r.Value
 	switch {
-	case len(v) > k.MaxRecordBytes:
+	case len(v) > b.cfg.MaxRecordBytes:
 		h := merkle.Hash(sha256.Sum256(v))
 		e.PayloadHash = &h
 		e.Marks |= merkle.MarkOversize
@@ -68,10 +107,11 @@ func recordEntry(k *KafkaConfig, r *kgo.Record) ledger.Entry {
 		e.Marks |= merkle.MarkEmpty | merkle.MarkNotJSON
 	default:
 		e.Payload = v
-		if !utf8.Valid(v) {
+		isJSON, isUTF8 := payloadKind(v)
+		if !isUTF8 {
 			e.Marks |= merkle.MarkNotUTF8
 		}
-		if json.Valid(v) {
+		if isJSON {
 			e.PayloadJSON = true
 		} else {
 			e.Marks |= merkle.MarkNotJSON

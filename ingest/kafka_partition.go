@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -69,6 +70,28 @@ func (p *partition) updateLag(hwm int64) {
 	p.k.m.lag.WithLabelValues(p.name).Set(float64(max(hwm-next, 0)))
 }
 
+// partitionQueue is how many polled batches a partition's queue holds.
+// With the batch being built, the chunk queued and the one appending, a
+// partition holds at most five polls' records (each within the fetch's
+// per-partition bound), as it did with four queued and one appending before
+// the build stage: the consuming loop blocks on a full queue, and the
+// client stops fetching once its buffered fetch is not taken.
+const partitionQueue = 2
+
+// chunk is at most BatchRecords records of a batch, with their entries
+// built ahead of the append; last says it ends its batch.
+type chunk struct {
+	recs    []*kgo.Record
+	entries []ledger.Entry // entries[i] is built from recs[i]
+	last    bool
+	b       batch
+}
+
+// run appends the partition's batches in two stages: one goroutine builds
+// the entries of the next chunk (pure work: validating and marking the
+// values) while this one appends the previous chunk and waits for it to be
+// durable. The appends stay in order, one at a time: each commits the
+// position after its records, so the position never leads the entries.
 func (p *partition) run() {
 	defer close(p.done)
 	if err := p.recordTopicID(); err != nil {
@@ -77,44 +100,74 @@ func (p *partition) run() {
 		}
 		return
 	}
-	for b := range p.in {
-		for len(b.recs) > 0 {
-			n := min(len(b.recs), p.k.cfg.BatchRecords)
-			if err := p.append(b.recs[:n]); err != nil {
+	chunks := make(chan chunk, 1)
+	var failed atomic.Bool
+	go p.build(chunks, &failed)
+	for c := range chunks {
+		if failed.Load() {
+			continue // drained: the records are read again after a restart
+		}
+		if len(c.recs) > 0 {
+			if err := p.append(c.recs, c.entries); err != nil {
 				// The ledger refused or failed: stop this partition without
 				// advancing; the records are read again after a restart.
-				p.k.fail(p.name, fmt.Errorf("append at offset %d: %w", b.recs[0].Offset, err))
-				for range p.in {
-				}
-				return
+				p.k.fail(p.name, fmt.Errorf("append at offset %d: %w", c.recs[0].Offset, err))
+				failed.Store(true)
+				continue
 			}
-			if p.pos.Next <= b.recs[n-1].Offset+1 {
+			if p.pos.Next <= c.recs[len(c.recs)-1].Offset+1 {
 				p.caughtUp()
 			}
-			b.recs = b.recs[n:]
 		}
-		p.mu.Lock()
-		if end := max(p.pos.Next, b.end); end > p.readTo {
-			p.readTo, p.progressAt = end, time.Now()
+		if c.last {
+			p.batchDone(c.b)
 		}
-		p.mu.Unlock()
-		p.updateLag(b.hwm)
-		p.k.m.durable.Observe(time.Since(b.polled).Seconds())
 	}
 }
 
+// build splits the batches from p.in into chunks of at most BatchRecords
+// records and builds their entries, until p.in is closed.
+func (p *partition) build(chunks chan<- chunk, failed *atomic.Bool) {
+	defer close(chunks)
+	eb := entryBuilder{cfg: &p.k.cfg, log: p.name}
+	for b := range p.in {
+		if failed.Load() {
+			continue
+		}
+		recs := b.recs
+		for first := true; first || len(recs) > 0; first = false {
+			n := min(len(recs), p.k.cfg.BatchRecords)
+			chunks <- chunk{recs: recs[:n], entries: eb.entries(recs[:n]), last: n == len(recs), b: b}
+			recs = recs[n:]
+		}
+	}
+}
+
+// batchDone notes a batch appended: how far the partition is read, its lag,
+// the time from poll to durable.
+func (p *partition) batchDone(b batch) {
+	p.mu.Lock()
+	if end := max(p.pos.Next, b.end); end > p.readTo {
+		p.readTo, p.progressAt = end, time.Now()
+	}
+	p.mu.Unlock()
+	p.updateLag(b.hwm)
+	p.k.m.durable.Observe(time.Since(b.polled).Seconds())
+}
+
 // append ledgers recs (consecutive records of the partition, in offset
-// order) with the new position in one ledger batch.
-func (p *partition) append(recs []*kgo.Record) error {
+// order; built[i] the entry of recs[i]) with the new position in one
+// ledger batch.
+func (p *partition) append(recs []*kgo.Record, built []ledger.Entry) error {
 	ctx := context.Background()
 	p.mu.Lock()
 	pos := p.pos.clone()
 	pos.TopicID = p.topicID
 	p.mu.Unlock()
-	entries := make([]ledger.Entry, 0, len(recs))
+	entries := built[:0] // the kept entries, in place: entries[j] is built[i] for some i >= j
 	var last *kgo.Record
 	var nbytes int
-	for _, r := range recs {
+	for i, r := range recs {
 		if r.Offset < pos.Next {
 			// Delivered again (a rebalance, a retry): the log holds this
 			// offset already. Check that it is the same record.
@@ -128,7 +181,7 @@ func (p *partition) append(recs []*kgo.Record) error {
 			p.gaps.Add(float64(r.Offset - pos.Next))
 			p.k.log.Info("kafka offsets skipped", "log", p.name, "from", pos.Next, "to", r.Offset-1)
 		}
-		entries = append(entries, p.k.entry(r))
+		entries = append(entries, built[i])
 		pos.Next = r.Offset + 1
 		last = r
 		nbytes += len(r.Value) + len(r.Key)
@@ -136,36 +189,8 @@ func (p *partition) append(recs []*kgo.Record) error {
 	if last == nil && len(pos.Conflicted) == len(p.pos.Conflicted) && pos.Conflicts == p.pos.Conflicts && pos.TopicID == p.pos.TopicID {
 		return nil
 	}
-	var tries []int // by entry: the fallback ids tried
-	for {
-		_, err := p.log.AppendSource(ctx, entries, pos.encode())
-		var ce *ledger.ConflictError
-		if errors.As(err, &ce) {
-			// The id is taken by an earlier record of the partition (a
-			// producer retry, a reused id): ledger this record under its
-			// position instead, marked. If a producer took that id too,
-			// number it. Deterministic: it depends only on the partition's
-			// earlier records. Each retry moves one entry to its next id,
-			// so this ends.
-			e := &entries[ce.Item]
-			if tries == nil {
-				tries = make([]int, len(entries))
-			}
-			if tries[ce.Item] == 0 {
-				e.Marks |= merkle.MarkDuplicateID
-				p.k.m.dupIDs.WithLabelValues(p.name).Inc()
-			}
-			id, ok := fallbackID(e, &tries[ce.Item])
-			if !ok {
-				return err
-			}
-			e.ID = id
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		break
+	if err := p.appendEntries(ctx, entries, &pos); err != nil {
+		return err
 	}
 	p.mu.Lock()
 	p.pos = pos
@@ -187,6 +212,38 @@ func (p *partition) append(recs []*kgo.Record) error {
 		p.k.client().MarkCommitRecords(last)
 	}
 	return nil
+}
+
+// appendEntries appends entries with pos in one ledger batch, moving an
+// entry whose id is taken to a fallback id until the log takes them all.
+func (p *partition) appendEntries(ctx context.Context, entries []ledger.Entry, pos *Position) error {
+	var tries []int // by entry: the fallback ids tried
+	for {
+		_, err := p.log.AppendSource(ctx, entries, pos.encode())
+		var ce *ledger.ConflictError
+		if !errors.As(err, &ce) {
+			return err
+		}
+		// The id is taken by an earlier record of the partition (a
+		// producer retry, a reused id): ledger this record under its
+		// position instead, marked. If a producer took that id too,
+		// number it. Deterministic: it depends only on the partition's
+		// earlier records. Each retry moves one entry to its next id,
+		// so this ends.
+		e := &entries[ce.Item]
+		if tries == nil {
+			tries = make([]int, len(entries))
+		}
+		if tries[ce.Item] == 0 {
+			e.Marks |= merkle.MarkDuplicateID
+			p.k.m.dupIDs.WithLabelValues(p.name).Inc()
+		}
+		id, ok := fallbackID(e, &tries[ce.Item])
+		if !ok {
+			return err
+		}
+		e.ID = id
+	}
 }
 
 // checkRedelivered compares a record at an offset the log already holds

@@ -31,17 +31,15 @@ func (k *Kafka) Status(log string) (*Status, bool) {
 		p.mu.Lock()
 		pos = p.pos.clone()
 		p.mu.Unlock()
+		// The log's entries and position are visible as soon as they are
+		// durable, a moment before the partition takes the position in:
+		// never report less than the log holds.
+		if d, ok := k.loggedPosition(log); ok && d.Next > pos.Next {
+			pos = *d
+		}
 	} else {
-		l, err := k.store.Log(log)
-		if err != nil {
-			return nil, false
-		}
-		b := l.SourcePosition()
-		if b == nil {
-			return nil, false
-		}
-		d, err := DecodePosition(b)
-		if err != nil {
+		d, ok := k.loggedPosition(log)
+		if !ok {
 			return nil, false
 		}
 		pos = *d
@@ -51,6 +49,23 @@ func (k *Kafka) Status(log string) (*Status, bool) {
 		st.HighWatermark, st.Lag = hwm, max(hwm-pos.Next, 0)
 	}
 	return st, true
+}
+
+// loggedPosition is the source position the log last committed.
+func (k *Kafka) loggedPosition(log string) (*Position, bool) {
+	l, err := k.store.Log(log)
+	if err != nil {
+		return nil, false
+	}
+	b := l.SourcePosition()
+	if b == nil {
+		return nil, false
+	}
+	d, err := DecodePosition(b)
+	if err != nil {
+		return nil, false
+	}
+	return d, true
 }
 
 type kafkaMetrics struct {

@@ -112,5 +112,5 @@ func (p *partition) recordTopicID() error {
 	if !stale {
 		return nil
 	}
-	return p.append(nil)
+	return p.append(nil, nil)
 }

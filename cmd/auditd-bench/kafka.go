@@ -45,10 +45,12 @@ type kafkaFlags struct {
 	compression string
 	dir         string
 	cpuProfile  string
-	jsonOut     string
-	fetchOnly   bool
-	daemon      bool
-	auditd      string
+	// profileSeconds is how long -daemon profiles the daemon for.
+	profileSeconds int
+	jsonOut        string
+	fetchOnly      bool
+	daemon         bool
+	auditd         string
 }
 
 // runKafka is the kafka mode.
@@ -61,7 +63,8 @@ func runKafka(args []string) error {
 	fs.IntVar(&f.batch, "batch-records", 0, "records per ledger request per partition (0: the source's default)")
 	fs.StringVar(&f.compression, "compression", "none", "producer compression: none, snappy, lz4 or zstd")
 	fs.StringVar(&f.dir, "data-dir", "", "ledger data directory (default: a temporary one, removed after)")
-	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the consuming phase to this file")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the consuming phase to this file (-daemon: of the daemon, from its debug listener)")
+	fs.IntVar(&f.profileSeconds, "profile-seconds", 15, "-daemon -cpuprofile: profile the daemon's first this many seconds")
 	fs.StringVar(&f.jsonOut, "json", "", "also write the results as JSON to this file")
 	fs.BoolVar(&f.fetchOnly, "fetch-only", false, "only fetch the records with a Kafka client, no ledger: the broker and client's share")
 	fs.BoolVar(&f.daemon, "daemon", false, "consume with \"auditd serve\" run as a child process (its own memory, measured apart from the broker's)")

@@ -76,51 +76,60 @@ func auditdBinary(flagValue string) (string, error) {
 	return "", usageError{errors.New("kafka -daemon: no auditd binary beside this one or on $PATH: go build -o /tmp/auditd ./cmd/auditd and pass -auditd /tmp/auditd")}
 }
 
-var servingLine = regexp.MustCompile(`msg="auditd serving".* addr=(http://[0-9.:]+)`)
+var (
+	servingLine = regexp.MustCompile(`msg="auditd serving".* addr=(http://[0-9.:]+)`)
+	debugLine   = regexp.MustCompile(`msg="serving Go profiles".* addr=(http://[0-9.:]+)`)
+)
 
 // startDaemon starts "auditd serve" consuming the topic into dir and
-// returns it with the URL it serves on.
-func startDaemon(ctx context.Context, broker, dir string, f kafkaFlags) (*exec.Cmd, string, error) {
+// returns it with the URL it serves on. With -cpuprofile the daemon also
+// serves Go profiles; debug receives that listener's URL.
+func startDaemon(ctx context.Context, broker, dir string, f kafkaFlags) (cmd *exec.Cmd, url string, debug <-chan string, err error) {
 	exe, err := auditdBinary(f.auditd)
 	if err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
 	args := []string{"serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--log-format", "text",
 		"--kafka-brokers", broker, "--kafka-topics", "bench", "--kafka-group", "auditd-bench"}
+	if f.cpuProfile != "" {
+		args = append(args, "--debug-listen", "127.0.0.1:0")
+	}
 	if f.batch > 0 {
 		cfg := dir + "/bench.yaml"
 		if err := os.WriteFile(cfg, fmt.Appendf(nil, "kafka:\n  batch_records: %d\n", f.batch), 0o600); err != nil {
-			return nil, "", err
+			return nil, "", nil, err
 		}
 		args = append(args, "--config", cfg)
 	}
-	cmd := exec.CommandContext(ctx, exe, args...)
+	cmd = exec.CommandContext(ctx, exe, args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
 	fmt.Printf("bench: consuming with %s %s ...\n", exe, strings.Join(args, " "))
 	if err := cmd.Start(); err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
-	addr := make(chan string, 1)
+	addr, dbg := make(chan string, 1), make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
-			if m := servingLine.FindStringSubmatch(sc.Text()); m != nil {
-				select {
-				case addr <- m[1]:
-				default:
+			for re, ch := range map[*regexp.Regexp]chan string{servingLine: addr, debugLine: dbg} {
+				if m := re.FindStringSubmatch(sc.Text()); m != nil {
+					select {
+					case ch <- m[1]:
+					default:
+					}
 				}
 			}
 		}
 	}()
 	select {
 	case url := <-addr:
-		return cmd, url, nil
+		return cmd, url, dbg, nil
 	case <-time.After(30 * time.Second):
 		cmd.Process.Kill()
-		return nil, "", errors.New("kafka: the daemon did not serve within 30s")
+		return nil, "", nil, errors.New("kafka: the daemon did not serve within 30s")
 	}
 }
 
@@ -134,18 +143,22 @@ func benchKafkaDaemon(ctx context.Context, broker string, total int64, f kafkaFl
 	}
 	defer cleanup()
 	start := time.Now()
-	cmd, url, err := startDaemon(ctx, broker, dir, f)
+	cmd, url, debug, err := startDaemon(ctx, broker, dir, f)
 	if err != nil {
 		return nil, err
 	}
 	defer cmd.Process.Kill()
 	pid := cmd.Process.Pid
+	profiled := daemonProfile(ctx, debug, f)
 	samples, err := pollDaemon(ctx, url, pid, total, start)
 	if err != nil {
 		return nil, err
 	}
 	elapsed := time.Since(start)
 	peak := loadtest.PidStatusKB(pid, "VmHWM")
+	if err := <-profiled; err != nil {
+		fmt.Fprintf(os.Stderr, "bench: the daemon's CPU profile: %v\n", err)
+	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		return nil, err
 	}
@@ -163,12 +176,17 @@ func benchKafkaDaemon(ctx context.Context, broker string, total int64, f kafkaFl
 	res["rss_peak_bytes"] = peak
 	res["rss_consuming_min_bytes"], res["rss_consuming_max_bytes"] = lo, hi
 	res["rss_samples"] = rssSeries(samples, 12)
+	res["cpu_us_per_record"] = cpu.Seconds() * 1e6 / float64(total)
+	res["rss_median_bytes"] = rssMedian(samples)
+	res["load_average_end"] = loadtest.LoadAvg(3)
 	mib := loadtest.MiB
 	fmt.Printf("kafka:   %d records in %.2fs = %.0f records/s broker to durable ledger entries by auditd serve (from its exec; 250 ms polling); between 10%% and 90%%: %.0f records/s\n",
 		total, elapsed.Seconds(), rate, res["steady_records_per_second"])
-	fmt.Printf("cpu:     the daemon used %.1f s of CPU (%.1f cores of %d); the broker ran in this process\n", cpu.Seconds(), cpu.Seconds()/elapsed.Seconds(), runtime.NumCPU())
-	fmt.Printf("memory:  the daemon's peak RSS (VmHWM) %s; RSS while consuming %s .. %s\n", mib(peak), mib(lo), mib(hi))
+	fmt.Printf("cpu:     the daemon used %.1f s of CPU (%.1f cores of %d), %.2f us per record; the broker ran in this process\n",
+		cpu.Seconds(), cpu.Seconds()/elapsed.Seconds(), runtime.NumCPU(), res["cpu_us_per_record"])
+	fmt.Printf("memory:  the daemon's peak RSS (VmHWM) %s; RSS while consuming %s .. %s, median %s (sampled every 250 ms)\n", mib(peak), mib(lo), mib(hi), mib(rssMedian(samples)))
 	fmt.Printf("memory:  over the run (time:entries:RSS): %s\n", strings.Join(rssSeries(samples, 12), " "))
+	fmt.Printf("bench: load average %s at the end\n", res["load_average_end"])
 	return res, nil
 }
 

@@ -149,8 +149,9 @@ func kafkaSourceReport(reg *prometheus.Registry, total, rssFilled int64, res map
 	res["rss_samples"] = rssSeries(r.samples, 12)
 	fmt.Printf("kafka:   %d records in %.2fs = %.0f records/s broker to durable ledger entries (%d partitions, %d-byte values); first entry after %.0f ms; between 10%% and 90%%: %.0f records/s\n",
 		total, r.elapsed.Seconds(), rate, f.partitions, f.valueBytes, loadtest.MS(r.first), steady)
-	fmt.Printf("cpu:     %.1f s of CPU for the consuming phase (%.1f cores of %d; broker, client and ledger share the process)\n",
-		r.cpu.Seconds(), r.cpu.Seconds()/r.elapsed.Seconds(), runtime.NumCPU())
+	res["cpu_us_per_record"] = r.cpu.Seconds() * 1e6 / float64(total)
+	fmt.Printf("cpu:     %.1f s of CPU for the consuming phase (%.1f cores of %d; broker, client and ledger share the process), %.2f us per record\n",
+		r.cpu.Seconds(), r.cpu.Seconds()/r.elapsed.Seconds(), runtime.NumCPU(), res["cpu_us_per_record"])
 	commitP50, commitP99 := q("ledger_commit_duration_seconds", .5), q("ledger_commit_duration_seconds", .99)
 	appendP50, appendP99 := q("ledger_append_duration_seconds", .5), q("ledger_append_duration_seconds", .99)
 	batchP50 := q("ledger_commit_batch_entries", .5)
@@ -160,8 +161,9 @@ func kafkaSourceReport(reg *prometheus.Registry, total, rssFilled int64, res map
 	fmt.Printf("ledger:  one group commit (write and sync) p50 %.0f ms p99 %.0f ms, ~%.0f entries; a request's wait in the ledger p50 %.0f ms p99 %.0f ms\n",
 		commitP50*1000, commitP99*1000, batchP50, appendP50*1000, appendP99*1000)
 	fmt.Printf("latency: poll to durable (per partition batch, Prometheus buckets of x2, interpolated): p50 %.0f ms  p99 %.0f ms; a backlog run measures mostly queueing\n", p50*1000, p99*1000)
-	fmt.Printf("memory:  peak RSS (VmHWM) %s, of which the broker ~%s; RSS while consuming %s .. %s (%s above the filled broker at most)\n",
-		mib(peak), mib(rssFilled-res["rss_start_bytes"].(int64)), mib(lo), mib(hi), mib(hi-rssFilled))
+	res["rss_median_bytes"] = rssMedian(r.samples)
+	fmt.Printf("memory:  peak RSS (VmHWM) %s, of which the broker ~%s; RSS while consuming %s .. %s, median %s (%s above the filled broker at most)\n",
+		mib(peak), mib(rssFilled-res["rss_start_bytes"].(int64)), mib(lo), mib(hi), mib(rssMedian(r.samples)), mib(hi-rssFilled))
 	fmt.Printf("memory:  over the run (time:entries:RSS/Go heap): %s\n", strings.Join(rssSeries(r.samples, 12), " "))
 	fmt.Printf("memory:  the broker's records are live Go heap here, and the GC lets the heap grow to about twice its live size\n" +
 		"         (GOGC=100): the growth above the broker overstates the source's own memory; -daemon measures auditd serve alone\n")

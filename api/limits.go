@@ -94,17 +94,43 @@ func (b *byteBudget) inUse() int64 {
 	return b.total - b.free
 }
 
+// admission is a POST's hold on the write limits: a write slot while its
+// body is read and decoded, and its share of the byte budget until its
+// entries are in the ledger. It belongs to the request's goroutine.
+type admission struct {
+	s     *Server
+	slot  bool  // a write slot is held
+	bytes int64 // the share of the budget held
+}
+
+// decoded gives the write slot back: the body is read.
+func (a *admission) decoded() {
+	if a.slot {
+		a.slot = false
+		<-a.s.writes
+	}
+}
+
+// release gives back what is still held; safe to call more than once.
+func (a *admission) release() {
+	a.decoded()
+	if a.bytes > 0 {
+		a.s.budget.release(a.bytes)
+		a.bytes = 0
+	}
+}
+
 // admitWrite waits for a write slot and for the body's share of the byte
 // budget (its Content-Length, or the largest body when it has none), then
-// bounds the time the body may take to arrive. The returned release gives
-// both back; it is safe to call more than once. ok is false when the
-// request ended while waiting (the answer is written).
-func (s *Server) admitWrite(w http.ResponseWriter, r *http.Request) (release func(), ok bool) {
+// bounds the time the body may take to arrive, and records both in a.
+// It reports false when the request ended while waiting (the answer is
+// written, nothing is held).
+func (s *Server) admitWrite(w http.ResponseWriter, r *http.Request, a *admission) bool {
 	select {
 	case s.writes <- struct{}{}:
 	case <-r.Context().Done():
 		writeError(w, http.StatusServiceUnavailable, "timeout", "request ended while waiting for a write slot", nil)
-		return nil, false
+		return false
 	}
 	want := s.opts.MaxBodyBytes
 	if r.ContentLength >= 0 && r.ContentLength < want {
@@ -114,22 +140,16 @@ func (s *Server) admitWrite(w http.ResponseWriter, r *http.Request) (release fun
 	if err != nil {
 		<-s.writes
 		writeError(w, http.StatusServiceUnavailable, "timeout", "request ended while waiting for memory for its body", nil)
-		return nil, false
+		return false
 	}
-	var once sync.Once
-	release = func() {
-		once.Do(func() {
-			s.budget.release(got)
-			<-s.writes
-		})
-	}
+	*a = admission{s: s, slot: true, bytes: got}
 	// The whole body must arrive within BodyTimeout of its slot being
 	// granted: a client that trickles its body cannot hold a slot forever.
 	rc := http.NewResponseController(w)
 	if err := rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		s.log.Warn("cannot bound the body's read time", "err", err)
 	}
-	return release, true
+	return true
 }
 
 // bodyRead ends the body's read deadline once it is read, so that the

@@ -2,14 +2,19 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/auditd/auditd/internal/ledgertest"
+	"github.com/auditd/auditd/ledger"
 )
 
 // A POST waits while every write slot is taken, and goes through once one
@@ -60,5 +65,54 @@ func TestWriteSlotsBoundPOSTs(t *testing.T) {
 	}
 	if l, err := st.Log("l"); err != nil || l.Size() != 1 {
 		t.Errorf("log l after the two POSTs: %v, %v; want one entry", l, err)
+	}
+}
+
+// A write slot is held while the body is read and decoded, not while the
+// entries wait for their group commit: with one slot, POSTs sent together
+// share group commits instead of taking one synced commit each.
+func TestWriteSlotFreedOnceDecoded(t *testing.T) {
+	t.Parallel()
+	const posts = 8
+	st, key := ledgertest.OpenKey(t, ledgertest.WithKeyName("limits.test"),
+		ledgertest.WithLedger(ledger.WithBatchDelay(300*time.Millisecond)))
+	srv := New(st, key.VKey, Options{CreateLogs: true, MaxConcurrentWrites: 1, Logger: slog.New(slog.DiscardHandler)})
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	errs := make(chan error, posts)
+	for i := range posts {
+		go func() {
+			resp, err := http.Post(hs.URL+"/v1/logs/l/entries", "application/x-ndjson", strings.NewReader(fmt.Sprintf(`{"id":"e%d","payload":1}`, i)))
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					err = fmt.Errorf("POST e%d: %s", i, resp.Status)
+				}
+			}
+			errs <- err
+		}()
+	}
+	for range posts {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(st.Collectors()...)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var commits uint64
+	for _, mf := range mfs {
+		if mf.GetName() == "ledger_commit_batch_entries" {
+			commits = mf.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	if l, err := st.Log("l"); err != nil || l.Size() != posts {
+		t.Fatalf("log l: %v, %v; want %d entries", l, err, posts)
+	}
+	if commits == 0 || commits > posts/2 {
+		t.Errorf("%d POSTs with one write slot took %d group commits; want them to share commits", posts, commits)
 	}
 }

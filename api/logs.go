@@ -2,7 +2,6 @@ package api
 
 import (
 	"bytes"
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -16,7 +15,6 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/auditd/auditd/client"
-	"github.com/auditd/auditd/ingest"
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/merkle"
 )
@@ -92,108 +90,6 @@ func (s *Server) getLog(w http.ResponseWriter, r *http.Request) {
 		out.ReadOnly = err.Error()
 	}
 	out.Witnesses = s.witnessStatus(l)
-	writeJSON(w, http.StatusOK, out)
-}
-
-type appendedOut struct {
-	Index          uint64        `json:"index"`
-	ID             string        `json:"id"`
-	LeafHash       merkle.Hash   `json:"leaf_hash"`
-	Duplicate      bool          `json:"duplicate"`
-	InclusionProof []merkle.Hash `json:"inclusion_proof,omitzero"` // [] for a one-entry tree
-}
-
-type appendOut struct {
-	Size       uint64        `json:"size"`
-	Entries    []appendedOut `json:"entries"`
-	Checkpoint string        `json:"checkpoint,omitempty"`
-}
-
-func (s *Server) postEntries(w http.ResponseWriter, r *http.Request) {
-	name := chi.URLParam(r, "log")
-	wait := r.URL.Query().Get("wait")
-	if wait != "" && wait != "checkpoint" {
-		writeError(w, http.StatusBadRequest, "invalid_parameter", fmt.Sprintf("wait=%s: the only value is \"checkpoint\"", echo(wait)), nil)
-		return
-	}
-	l, err := s.store.Log(name)
-	if errors.Is(err, ledger.ErrLogNotFound) && s.opts.CreateLogs {
-		err = nil // made after the body decodes
-		if !ledger.ValidLogName(name) {
-			err = fmt.Errorf("%w: %q", ledger.ErrLogName, name)
-		}
-	}
-	if err != nil {
-		s.writeErr(w, r, err)
-		return
-	}
-	if l == nil && s.tooManyLogs(w) {
-		return
-	}
-	if l != nil && l.SourcePosition() != nil {
-		// One entry per source offset: a log a Kafka partition feeds takes
-		// nothing else.
-		writeError(w, http.StatusConflict, "source_log", fmt.Sprintf("log %s is fed by a Kafka partition; it takes no entries over HTTP", name), nil)
-		return
-	}
-	release, ok := s.admitWrite(w, r)
-	if !ok {
-		return
-	}
-	defer release()
-	body := http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
-	entries, err := ingest.Decode(body, ingest.Limits{MaxEvents: s.opts.MaxEvents, MaxPayload: s.opts.MaxPayloadBytes})
-	if err != nil {
-		s.writeErr(w, r, err)
-		return
-	}
-	bodyRead(w)
-	if l == nil {
-		// The log comes into existence with its first successful append:
-		// a refused request leaves no trace.
-		if l, err = s.store.LogForAppend(name); err != nil {
-			s.writeErr(w, r, err)
-			return
-		}
-	}
-	res, err := l.Append(r.Context(), entries)
-	if err != nil {
-		s.writeErr(w, r, err)
-		return
-	}
-	release() // the body is in the ledger; waiting for a checkpoint holds no slot
-	out := appendOut{Size: res.Size, Entries: make([]appendedOut, len(res.Entries))}
-	for i, a := range res.Entries {
-		out.Entries[i] = appendedOut{Index: a.Index, ID: a.ID, LeafHash: a.LeafHash, Duplicate: a.Duplicate}
-	}
-	if wait == "checkpoint" {
-		ctx, cancel := context.WithTimeout(r.Context(), s.opts.WaitTimeout)
-		defer cancel()
-		cp, err := l.WaitCheckpoint(ctx, res.Size)
-		if err != nil {
-			writeError(w, http.StatusServiceUnavailable, "checkpoint_timeout",
-				"entries are durable but no checkpoint covered them in time: "+err.Error(),
-				map[string]any{"size": res.Size, "entries": out.Entries})
-			return
-		}
-		out.Checkpoint = string(cp.Note)
-		for i := range out.Entries {
-			e := &out.Entries[i]
-			// Verified against the root the log vouches for (the checkpoint
-			// just served): a stored hash on the path that was altered is
-			// an integrity error, never a wrong proof.
-			leaf, p, err := l.VerifiedLeafInclusion(e.Index, cp.Size)
-			if err != nil {
-				s.writeErr(w, r, err)
-				return
-			}
-			if leaf != e.LeafHash {
-				s.writeErr(w, r, fmt.Errorf("ledger: %s: leaf %d of the tree is %s, the append gave %s", l.Name(), e.Index, leaf, e.LeafHash))
-				return
-			}
-			e.InclusionProof = p
-		}
-	}
 	writeJSON(w, http.StatusOK, out)
 }
 

@@ -41,8 +41,10 @@ type Options struct {
 	// MaxLogs, if positive, bounds the logs a POST may create: past it a
 	// POST to a new name gets 403 too_many_logs.
 	MaxLogs int
-	// MaxConcurrentWrites bounds the POSTs decoded at once, and so the
-	// memory bodies take (default 16); others wait their turn.
+	// MaxConcurrentWrites bounds the POSTs read and decoded at once
+	// (default 16); others wait their turn. A POST gives its slot back
+	// once its body is decoded: while its entries wait for their group
+	// commit it holds only its share of MaxInflightBytes.
 	MaxConcurrentWrites int
 	// WaitTimeout bounds ?wait=checkpoint (default 30s).
 	WaitTimeout time.Duration
@@ -88,9 +90,13 @@ type Server struct {
 	log      *slog.Logger
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
-	handler  http.Handler
-	writes   chan struct{} // a slot per POST being decoded and appended
-	budget   *byteBudget   // bytes of the bodies being decoded and appended
+	// postOK and postDuration are the series of POST entries answered 200
+	// (see servePostEntries).
+	postOK       prometheus.Counter
+	postDuration prometheus.Observer
+	handler      http.Handler
+	writes       chan struct{} // a slot per POST being decoded and appended
+	budget       *byteBudget   // bytes of the bodies being decoded and appended
 }
 
 // New returns a server for store. verifierKey is the signed-note verifier
@@ -133,6 +139,8 @@ func New(store *ledger.Store, verifierKey string, opts Options) *Server {
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}, []string{"route"}),
 	}
+	s.postOK = s.requests.WithLabelValues(entriesRoute, http.MethodPost, "200")
+	s.postDuration = s.duration.WithLabelValues(entriesRoute)
 	s.writes = make(chan struct{}, opts.MaxConcurrentWrites)
 	s.budget = newByteBudget(opts.MaxInflightBytes)
 	s.handler = s.routes()
@@ -145,7 +153,13 @@ func (s *Server) Collectors() []prometheus.Collector {
 }
 
 // ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if name, ok := entriesPath(r); ok {
+		s.servePostEntries(w, r, name)
+		return
+	}
+	s.handler.ServeHTTP(w, r)
+}
 
 func (s *Server) routes() http.Handler {
 	r := chi.NewRouter()
@@ -219,29 +233,37 @@ func statusText(code int) string {
 func (s *Server) auth(write bool) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			var ok bool
-			switch {
-			case write && s.opts.WriteToken == "" && s.opts.ReadToken == "":
-				ok = true
-			case write && s.opts.WriteToken == "":
-				// A read token alone protects writes too: a deployment that
-				// guards reads never leaves writes open.
-				ok = tokenIs(r, s.opts.ReadToken)
-			case write:
-				ok = tokenIs(r, s.opts.WriteToken)
-			case s.opts.ReadToken == "":
-				ok = true
-			default:
-				ok = tokenIs(r, s.opts.ReadToken) || (s.opts.WriteToken != "" && tokenIs(r, s.opts.WriteToken))
-			}
-			if !ok {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="auditd"`)
-				writeError(w, http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token", nil)
+			if !s.authorized(r, write) {
+				s.unauthorized(w)
 				return
 			}
 			next.ServeHTTP(w, r)
 		})
 	}
+}
+
+// authorized reports whether r carries the token a write (write true) or a
+// read needs.
+func (s *Server) authorized(r *http.Request, write bool) bool {
+	switch {
+	case write && s.opts.WriteToken == "" && s.opts.ReadToken == "":
+		return true
+	case write && s.opts.WriteToken == "":
+		// A read token alone protects writes too: a deployment that
+		// guards reads never leaves writes open.
+		return tokenIs(r, s.opts.ReadToken)
+	case write:
+		return tokenIs(r, s.opts.WriteToken)
+	case s.opts.ReadToken == "":
+		return true
+	default:
+		return tokenIs(r, s.opts.ReadToken) || (s.opts.WriteToken != "" && tokenIs(r, s.opts.WriteToken))
+	}
+}
+
+func (s *Server) unauthorized(w http.ResponseWriter) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="auditd"`)
+	writeError(w, http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token", nil)
 }
 
 func tokenIs(r *http.Request, want string) bool {

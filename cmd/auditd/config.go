@@ -87,8 +87,10 @@ type Config struct {
 	MaxEvents int `yaml:"max_events"`
 	// MaxPayloadBytes bounds one event's payload. Default 1 MiB.
 	MaxPayloadBytes int `yaml:"max_payload_bytes"`
-	// MaxConcurrentWrites bounds the POSTs decoded and appended at once (and
-	// so the memory request bodies take); others wait. Default 16.
+	// MaxConcurrentWrites bounds the POSTs read and decoded at once; others
+	// wait. A decoded POST gives its slot back while its entries wait for
+	// their group commit, holding only its share of MaxInflightBytes.
+	// Default 16.
 	MaxConcurrentWrites int `yaml:"max_concurrent_writes"`
 	// MaxInflightBytes bounds the bytes of the POST bodies decoded and
 	// appended at once, across requests: a POST takes its Content-Length

@@ -80,7 +80,12 @@ func (e *RollbackError) Unwrap() []error {
 }
 
 // checkpointFiles is the directory of checkpoint files.
-type checkpointFiles struct{ dir string }
+type checkpointFiles struct {
+	dir string
+	// beforeWrite, if set, runs before each file write: tests stall the
+	// disk with it.
+	beforeWrite func(log string)
+}
 
 func (c checkpointFiles) path(log string) string { return filepath.Join(c.dir, log) }
 
@@ -131,6 +136,9 @@ func (c checkpointFiles) read(log string) ([]byte, error) {
 }
 
 func (c checkpointFiles) write(log string, note []byte) error {
+	if c.beforeWrite != nil {
+		c.beforeWrite(log)
+	}
 	if err := durable.WriteFile(c.path(log), note, 0o600); err != nil {
 		return fmt.Errorf("ledger: %s: write checkpoint file: %w", log, err)
 	}

@@ -28,10 +28,22 @@ type Log struct {
 	// readOnly is set when the log contradicts its checkpoint file (see
 	// admit): it takes no appends and never signs.
 	readOnly atomic.Pointer[error]
+	// signMu serializes signing (the signer goroutine, and the writer
+	// when it signs at start, on CreateLog and at close) with the
+	// writer's reload after a failed commit. It guards pinned and
+	// lastSign.
+	signMu sync.Mutex
 	// pinned is the checkpoint the log's checkpoint file holds: the latest
-	// one signed. Owned by the writer goroutine (and Open before it).
-	pinned  *SignedCheckpoint
-	stopped chan struct{} // closed when the writer has exited
+	// one signed. Guarded by signMu (Open sets it before the goroutines
+	// start).
+	pinned   *SignedCheckpoint
+	lastSign time.Time     // when the latest checkpoint of entries was signed
+	grew     chan struct{} // the writer's nudge to the signer: the tree grew
+	// awaiting holds the acknowledged requests no checkpoint covers yet
+	// (for the checkpoint latency metric).
+	awMu     sync.Mutex
+	awaiting []awaiting
+	stopped  chan struct{} // closed when the writer (and the signer) have exited
 	// persisted is set once the log's name and metadata are durable: by
 	// CreateLog, or by the first commit of a log from LogForAppend.
 	persisted atomic.Bool
@@ -58,7 +70,7 @@ type SignedCheckpoint struct {
 }
 
 func newLog(s *Store, name string, id uint32) *Log {
-	l := &Log{s: s, name: name, id: id, reqs: make(chan *appendReq, 256), cpNext: make(chan struct{}), stopped: make(chan struct{})}
+	l := &Log{s: s, name: name, id: id, reqs: make(chan *appendReq, 256), cpNext: make(chan struct{}), grew: make(chan struct{}, 1), stopped: make(chan struct{})}
 	l.committed.Store(&treeState{root: merkle.EmptyRoot()})
 	l.tail.reset(0)
 	return l

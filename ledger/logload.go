@@ -100,12 +100,11 @@ func (l *Log) load() error {
 }
 
 // reload restores the writer state from storage after a failed commit.
+// The caller holds signMu.
 func (l *Log) reload() error {
-	last := l.w.lastSign
-	aw := l.w.awaiting
 	if !l.persisted.Load() {
 		// Nothing of the log reached storage.
-		l.w = writer{root: merkle.EmptyRoot(), rng: merkle.NewRange(), lastSign: last}
+		l.w = writer{root: merkle.EmptyRoot(), rng: merkle.NewRange()}
 		l.committed.Store(&treeState{root: merkle.EmptyRoot()})
 		l.tail.reset(0)
 		return nil
@@ -118,6 +117,5 @@ func (l *Log) reload() error {
 		}
 		return err
 	}
-	l.w.lastSign, l.w.awaiting = last, aw
 	return nil
 }

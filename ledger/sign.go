@@ -29,17 +29,78 @@ func (l *Log) parseCheckpoint(note []byte) (*SignedCheckpoint, error) {
 	return &SignedCheckpoint{Checkpoint: c, Note: append([]byte(nil), note...)}, nil
 }
 
-// sign signs, stores and publishes a checkpoint of the committed tree. The
-// order makes a crash between any two steps safe: the note is stored in
-// Pebble, then written to the checkpoint file, and only then published
-// (served, waited for). A crash before the file write leaves a stored
-// checkpoint newer than the file, which Open writes to the file before
-// publishing it (admit); the file is never behind a published checkpoint.
+// nudgeSigner tells the signer the committed tree grew. It never blocks:
+// a nudge already pending covers this one.
+func (l *Log) nudgeSigner() {
+	select {
+	case l.grew <- struct{}{}:
+	default:
+	}
+}
+
+// signLoop is the log's signer goroutine: once the tree has grown, it
+// waits out the checkpoint interval since the latest checkpoint of
+// entries was signed and signs the committed tree, until the store
+// closes. Signing here rather than on the writer goroutine keeps the
+// checkpoint's Pebble write and its file's fsyncs out of the commits'
+// way: appends go on being committed (and acknowledged) meanwhile.
+func (l *Log) signLoop() {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		select {
+		case <-l.grew:
+		case <-l.s.quit:
+			return
+		}
+		l.signMu.Lock()
+		wait := l.s.opts.checkpointInterval - time.Since(l.lastSign)
+		l.signMu.Unlock()
+		if wait > 0 {
+			if timer == nil {
+				timer = time.NewTimer(wait)
+			} else {
+				timer.Reset(wait)
+			}
+			select {
+			case <-timer.C:
+			case <-l.s.quit:
+				return
+			}
+		}
+		l.signIfNeeded()
+	}
+}
+
+// signIfNeeded signs a checkpoint if the committed tree is ahead of the
+// latest one.
+func (l *Log) signIfNeeded() {
+	l.signMu.Lock()
+	defer l.signMu.Unlock()
+	if l.needsCheckpoint() {
+		l.sign()
+	}
+}
+
+// sign signs, stores and publishes a checkpoint of the committed tree; the
+// caller holds signMu. The order makes a crash between any two steps safe:
+// the note is stored in Pebble, then written to the checkpoint file, and
+// only then published (served, waited for). A crash before the file write
+// leaves a stored checkpoint newer than the file, which Open writes to the
+// file before publishing it (admit); the file is never behind a published
+// checkpoint.
 func (l *Log) sign() {
-	w := &l.w
 	if l.readOnly.Load() != nil {
 		return
 	}
+	// The committed tree: durable, and only ever grown by the writer (a
+	// reload after a failed commit restores it from storage under signMu).
+	st := l.committed.Load()
+	start := time.Now()
 	// Never sign a checkpoint inconsistent with the latest one signed, the
 	// one the checkpoint file holds (pinned): not below its size, and at
 	// its size only with its root. Above its size the tree's root at
@@ -48,16 +109,16 @@ func (l *Log) sign() {
 	// every reload after a failed commit), and since then the writer has
 	// only appended leaves to its compact range, which leaves the first
 	// pinned.Size leaves, and so that root, unchanged. Each checkpoint
-	// signed here becomes the new pin and is of the current tree, so the
+	// signed here becomes the new pin and is of the committed tree, so the
 	// argument carries on from one checkpoint to the next.
-	if p := l.pinned; p != nil && (w.size < p.Size || w.size == p.Size && w.root != p.Root) {
+	if p := l.pinned; p != nil && (st.size < p.Size || st.size == p.Size && st.root != p.Root) {
 		e := l.s.integrity(&IntegrityError{Log: l.name, Index: -1, Kind: IntegrityRollback,
-			Detail: fmt.Sprintf("refusing to sign size %d (root %s): the checkpoint file holds the checkpoint signed at size %d with root %s", w.size, w.root, p.Size, p.Root)})
+			Detail: fmt.Sprintf("refusing to sign size %d (root %s): the checkpoint file holds the checkpoint signed at size %d with root %s", st.size, st.root, p.Size, p.Root)})
 		l.setReadOnly(e)
-		w.lastSign = time.Now()
+		l.lastSign = start
 		return
 	}
-	c := merkle.Checkpoint{Origin: l.Origin(), Size: w.size, Root: w.root}
+	c := merkle.Checkpoint{Origin: l.Origin(), Size: st.size, Root: st.root}
 	n, err := c.Sign(l.s.signer)
 	if err == nil {
 		err = l.s.db.Set(checkpointKey(l.id, c.Size), n, pebble.Sync)
@@ -68,14 +129,16 @@ func (l *Log) sign() {
 	if err != nil {
 		// The tree is durable; the next interval tries again.
 		l.s.log.Error("checkpoint not signed", "log", l.name, "size", c.Size, "err", err)
-		w.lastSign = time.Now()
+		l.lastSign = start
 		return
 	}
-	now := time.Now()
 	if c.Size > 0 {
 		// The empty log's checkpoint does not hold back the first one of
-		// entries: that is signed as soon as they are durable.
-		w.lastSign = now
+		// entries: that is signed as soon as they are durable. The
+		// interval runs from the start of signing, so that checkpoints
+		// follow each other every interval however long storing them
+		// takes.
+		l.lastSign = start
 	}
 	scp := &SignedCheckpoint{Checkpoint: c, Note: n}
 	l.pinned = scp
@@ -84,16 +147,23 @@ func (l *Log) sign() {
 	close(l.cpNext)
 	l.cpNext = make(chan struct{})
 	l.cpMu.Unlock()
-	m := l.s.metrics
-	m.checkpoints.WithLabelValues(l.name).Inc()
+	l.s.metrics.checkpoints.WithLabelValues(l.name).Inc()
+	l.observeCovered(c.Size, time.Now())
+}
+
+// observeCovered records the checkpoint latency of the acknowledged
+// requests the checkpoint of size covers.
+func (l *Log) observeCovered(size uint64, now time.Time) {
+	l.awMu.Lock()
+	defer l.awMu.Unlock()
 	k := 0
-	for _, a := range w.awaiting {
-		if a.size <= c.Size {
-			m.cpLat.Observe(now.Sub(a.enq).Seconds())
+	for _, a := range l.awaiting {
+		if a.size <= size {
+			l.s.metrics.cpLat.Observe(now.Sub(a.enq).Seconds())
 			continue
 		}
-		w.awaiting[k] = a
+		l.awaiting[k] = a
 		k++
 	}
-	w.awaiting = w.awaiting[:k]
+	l.awaiting = l.awaiting[:k]
 }

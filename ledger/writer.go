@@ -13,7 +13,9 @@ import (
 
 // The group commit: one writer goroutine per log takes the queued append
 // requests, resolves duplicates, commits them in one synced Pebble batch with
-// the tiles they complete, acknowledges them, and signs checkpoints.
+// the tiles they complete, and acknowledges them. Checkpoints are signed by
+// the log's signer goroutine (see sign.go), so that storing a checkpoint and
+// writing its file never hold up a commit.
 
 // writer is the state of a log's single writer goroutine.
 type writer struct {
@@ -24,12 +26,10 @@ type writer struct {
 	batch    *pebble.Batch
 	visitErr error
 	ids      idFilter
-	lastSign time.Time
-	// awaiting holds the enqueue time and covering size of acknowledged
-	// requests not yet covered by a checkpoint.
-	awaiting []awaiting
 }
 
+// awaiting is an acknowledged request not yet covered by a checkpoint: its
+// enqueue time and covering size.
 type awaiting struct {
 	size uint64
 	enq  time.Time
@@ -38,12 +38,14 @@ type awaiting struct {
 func (l *Log) run() {
 	defer l.s.wg.Done()
 	defer close(l.stopped)
-	if l.Err() == nil && l.needsCheckpoint() {
-		// The tree grew before a crash and no checkpoint covers it yet.
-		l.sign()
-	}
-	var timer *time.Timer
-	var timerC <-chan time.Time
+	// The tree may have grown before a crash with no checkpoint covering
+	// it yet: signed before anything else.
+	l.signIfNeeded()
+	signerDone := make(chan struct{})
+	go func() {
+		defer close(signerDone)
+		l.signLoop()
+	}()
 	for {
 		select {
 		case req := <-l.reqs:
@@ -53,49 +55,28 @@ func (l *Log) run() {
 				l.held = nil
 				l.process(l.collect(h))
 			}
-		case <-timerC:
-			timerC = nil
 		case <-l.s.quit:
 			l.drain()
-			if l.Err() == nil && l.needsCheckpoint() {
-				l.sign()
-			}
+			<-signerDone
+			l.signIfNeeded() // the last checkpoint covers everything acknowledged
 			return
-		}
-		if l.Err() != nil || !l.needsCheckpoint() {
-			continue
-		}
-		// Sign as soon as the interval has passed, whether or not the timer
-		// won the select: under steady load requests are always ready too.
-		if wait := l.s.opts.checkpointInterval - time.Since(l.w.lastSign); wait > 0 {
-			if timerC == nil {
-				if timer == nil {
-					timer = time.NewTimer(wait)
-				} else {
-					timer.Reset(wait)
-				}
-				timerC = timer.C
-			}
-			continue
-		}
-		l.sign()
-		if timerC != nil {
-			timer.Stop()
-			timerC = nil
 		}
 	}
 }
 
+// needsCheckpoint reports whether the committed tree is ahead of the
+// latest checkpoint (or the log exists without one) and the log may sign.
 func (l *Log) needsCheckpoint() bool {
-	if l.readOnly.Load() != nil {
+	if l.readOnly.Load() != nil || l.Err() != nil {
 		return false
 	}
+	size := l.committed.Load().size
 	cp := l.cp.Load()
 	if cp == nil {
 		// A log that exists signs a checkpoint even while empty.
-		return l.w.size > 0 || l.persisted.Load()
+		return size > 0 || l.persisted.Load()
 	}
-	return cp.Size < l.w.size
+	return cp.Size < size
 }
 
 // collect gathers queued requests into one group commit.
@@ -168,7 +149,7 @@ func (l *Log) process(group []*appendReq) {
 				// An empty log has a checkpoint too (size 0, the empty
 				// root), as tlog clients expect; signed before CreateLog
 				// returns, so the log is never seen without one.
-				l.sign()
+				l.signIfNeeded()
 			}
 		}
 		close(r.done)
@@ -187,7 +168,10 @@ func (l *Log) process(group []*appendReq) {
 		start := time.Now()
 		if err := l.commit(fresh, source); err != nil {
 			l.s.log.Error("ledger commit failed; reloading log state", "log", l.name, "err", err)
-			if rerr := l.reload(); rerr != nil {
+			l.signMu.Lock() // reload re-admits the tree against the checkpoint file
+			rerr := l.reload()
+			l.signMu.Unlock()
+			if rerr != nil {
 				err = fmt.Errorf("%w: %s: %v (reload: %v)", ErrFailed, l.name, err, rerr)
 				l.failed.Store(&err)
 				l.s.log.Error("log stopped", "log", l.name, "err", err)
@@ -205,14 +189,19 @@ func (l *Log) process(group []*appendReq) {
 		m.batch.Observe(float64(len(fresh)))
 		m.appended.WithLabelValues(l.name).Add(float64(len(fresh)))
 		m.size.WithLabelValues(l.name).Set(float64(l.w.size))
+		l.nudgeSigner()
 	}
 	now := time.Now()
+	l.awMu.Lock()
 	for _, r := range group {
 		if r.err == nil {
 			r.res.Size = l.w.size
-			l.w.awaiting = append(l.w.awaiting, awaiting{size: l.w.size, enq: r.enq})
+			l.awaiting = append(l.awaiting, awaiting{size: l.w.size, enq: r.enq})
 			m.appendLat.Observe(now.Sub(r.enq).Seconds())
 		}
+	}
+	l.awMu.Unlock()
+	for _, r := range group {
 		close(r.done)
 	}
 }

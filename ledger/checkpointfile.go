@@ -220,13 +220,14 @@ func (l *Log) admit(stored *SignedCheckpoint, r merkle.HashReader) (*IntegrityEr
 		l.s.log.Info("checkpoint file created from the latest stored checkpoint", "log", l.name, "size", stored.Size, "file", l.s.cpFiles.path(l.name))
 	case pin != nil && (stored == nil || stored.Size < pin.Size):
 		// The tree backs the file's checkpoint but Pebble lost it from its
-		// history (or never stored it): keep it there again.
+		// history, or never stored it (a crash while sign kept it, the
+		// file written first): keep it there again.
 		if err := l.s.db.Set(checkpointKey(l.id, pin.Size), pin.Note, pebble.Sync); err != nil {
 			return nil, fmt.Errorf("store the checkpoint file's checkpoint: %w", err)
 		}
 		cp = pin
 	case pin != nil && stored.Size > pin.Size:
-		// Signed and stored, then a crash before the file was written: it
+		// Signed and stored, then a crash before its file was written: it
 		// was never published. The file holds it before it is.
 		if err := l.s.cpFiles.write(l.name, stored.Note); err != nil {
 			return nil, err

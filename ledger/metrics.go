@@ -15,6 +15,7 @@ type metrics struct {
 	appendLat   prometheus.Histogram
 	commitLat   prometheus.Histogram
 	cpLat       prometheus.Histogram
+	signLat     prometheus.Histogram
 }
 
 func newMetrics() *metrics {
@@ -54,9 +55,13 @@ func newMetrics() *metrics {
 			Name: "ledger_checkpoint_latency_seconds", Help: "Time from an append request reaching the ledger to a signed checkpoint that covers it.",
 			Buckets: lat,
 		}),
+		signLat: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "ledger_checkpoint_sign_duration_seconds", Help: "Time to sign one checkpoint, store it and write its checkpoint file.",
+			Buckets: lat,
+		}),
 	}
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.appended, m.duplicates, m.violations, m.conflicts, m.checkpoints, m.size, m.batch, m.appendLat, m.commitLat, m.cpLat}
+	return []prometheus.Collector{m.appended, m.duplicates, m.violations, m.conflicts, m.checkpoints, m.size, m.batch, m.appendLat, m.commitLat, m.cpLat, m.signLat}
 }

@@ -87,12 +87,9 @@ func (l *Log) signIfNeeded() {
 }
 
 // sign signs, stores and publishes a checkpoint of the committed tree; the
-// caller holds signMu. The order makes a crash between any two steps safe:
-// the note is stored in Pebble, then written to the checkpoint file, and
-// only then published (served, waited for). A crash before the file write
-// leaves a stored checkpoint newer than the file, which Open writes to the
-// file before publishing it (admit); the file is never behind a published
-// checkpoint.
+// caller holds signMu. The note is stored in Pebble and written to the
+// checkpoint file (see keep), and only once both are durable published
+// (served, waited for): the file is never behind a published checkpoint.
 func (l *Log) sign() {
 	if l.readOnly.Load() != nil {
 		return
@@ -121,10 +118,7 @@ func (l *Log) sign() {
 	c := merkle.Checkpoint{Origin: l.Origin(), Size: st.size, Root: st.root}
 	n, err := c.Sign(l.s.signer)
 	if err == nil {
-		err = l.s.db.Set(checkpointKey(l.id, c.Size), n, pebble.Sync)
-	}
-	if err == nil {
-		err = l.s.cpFiles.write(l.name, n)
+		err = l.keep(c.Size, n)
 	}
 	if err != nil {
 		// The tree is durable; the next interval tries again.
@@ -147,8 +141,26 @@ func (l *Log) sign() {
 	close(l.cpNext)
 	l.cpNext = make(chan struct{})
 	l.cpMu.Unlock()
+	now := time.Now()
 	l.s.metrics.checkpoints.WithLabelValues(l.name).Inc()
-	l.observeCovered(c.Size, time.Now())
+	l.s.metrics.signLat.Observe(now.Sub(start).Seconds())
+	l.observeCovered(c.Size, now)
+}
+
+// keep stores a signed checkpoint in Pebble and writes it to the log's
+// checkpoint file, both durably and at once: neither waits for the other's
+// sync. A crash with only one of them done is repaired when the store
+// opens (admit): a stored checkpoint newer than the file is written to the
+// file, a file newer than the stored history is stored again, each before
+// it is published.
+func (l *Log) keep(size uint64, note []byte) error {
+	fileErr := make(chan error, 1)
+	go func() { fileErr <- l.s.cpFiles.write(l.name, note) }()
+	err := l.s.db.Set(checkpointKey(l.id, size), note, pebble.Sync)
+	if ferr := <-fileErr; err == nil {
+		err = ferr
+	}
+	return err
 }
 
 // observeCovered records the checkpoint latency of the acknowledged

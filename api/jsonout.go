@@ -20,15 +20,21 @@ var (
 	outBufs         = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 )
 
-// writeAppended answers 200 with out, in one Write with its
-// Content-Length set (never chunked, whatever its size).
+// unchunkedBody is the size up to which net/http sets the Content-Length
+// of an answer written in one Write itself (its bufferBeforeChunkingSize),
+// without allocating for it.
+const unchunkedBody = 2048
+
+// writeAppended answers 200 with out in one Write, with a Content-Length
+// (never chunked, whatever its size).
 func writeAppended(w http.ResponseWriter, out *appendOut) {
 	bp := outBufs.Get().(*[]byte)
 	b := appendAppendOut((*bp)[:0], out)
 	h := w.Header()
 	h["Content-Type"] = jsonContentType
-	h["Content-Length"] = []string{strconv.Itoa(len(b))}
-	w.WriteHeader(http.StatusOK)
+	if len(b) >= unchunkedBody {
+		h["Content-Length"] = []string{strconv.Itoa(len(b))}
+	}
 	_, _ = w.Write(b)
 	if cap(b) <= 64<<10 { // a large answer (proofs for a big batch) is not kept
 		*bp = b

@@ -2,6 +2,8 @@ package api
 
 import (
 	"bytes"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -44,12 +46,32 @@ func TestAppendOutJSON(t *testing.T) {
 			t.Errorf("appendAppendOut(%+v)\n got %s\nwant %s", c, got, want)
 		}
 	}
-	rec := httptest.NewRecorder()
-	c := appendOutCases()[0]
-	writeAppended(rec, &c)
-	if rec.Code != 200 || rec.Header().Get("Content-Type") != "application/json" ||
-		rec.Header().Get("Content-Length") != itoa(uint64(rec.Body.Len())) || !bytes.Equal(rec.Body.Bytes(), encodeJSON(t, c)) {
-		t.Errorf("writeAppended: %d %v %q", rec.Code, rec.Header(), rec.Body)
+}
+
+// writeAppended's answer carries a Content-Length, small or large: it is
+// never chunked.
+func TestWriteAppendedContentLength(t *testing.T) {
+	small := appendOutCases()[0]
+	large := appendOut{Size: 1000}
+	for i := range 100 {
+		large.Entries = append(large.Entries, appendedOut{Index: uint64(i), ID: strings.Repeat("i", 40)})
+	}
+	for _, c := range []appendOut{small, large} {
+		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { writeAppended(w, &c) }))
+		resp, err := http.Get(hs.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		hs.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := encodeJSON(t, c); resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/json" ||
+			resp.ContentLength != int64(len(want)) || len(resp.TransferEncoding) > 0 || !bytes.Equal(body, want) {
+			t.Errorf("writeAppended of %d bytes: %d %v length %d %v %q", len(want), resp.StatusCode, resp.Header, resp.ContentLength, resp.TransferEncoding, body)
+		}
 	}
 }
 

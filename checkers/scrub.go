@@ -108,6 +108,7 @@ type logScrub struct {
 	next   uint64 // the index the next entry must have
 
 	pruned prunedCheck // payloads gone above the pruning watermark (scrub_prune.go)
+	idx    indexCheck  // ingested index chunks (scrub_index.go)
 }
 
 type tileBuf struct {
@@ -157,6 +158,7 @@ func (w *logScrub) run(v note.Verifier) error {
 				"index chunks cover %d entries (%d recorded, %d stored), but the tree holds %d: storage lost entries it had indexed",
 				max(recorded, stored)*ledger.IndexChunkEntries, recorded, stored, w.size)})
 		}
+		w.startIndexCheck(recorded)
 	}
 	if err := w.loadWatermark(); err != nil {
 		return err
@@ -199,10 +201,12 @@ func (w *logScrub) add(e *ledger.ScannedEntry) error {
 	if e.Err != nil {
 		w.found(Finding{Index: At(e.Index), Kind: e.Err.Kind, Detail: e.Err.Detail})
 	}
+	w.indexID(e)
 	w.leaves[w.fill], w.known[w.fill] = e.LeafHash, e.Err == nil
 	w.fill++
 	if w.fill == tileWidth {
 		w.flushTile0()
+		w.indexChunkDone()
 	}
 	return w.err
 }
@@ -268,6 +272,13 @@ func (w *logScrub) flushTile0() {
 				chosen[i] = base[i]
 			} else {
 				w.unknown = append(w.unknown, first+uint64(i))
+			}
+		}
+	}
+	if w.inIndexed(first) {
+		for i := range chosen {
+			if w.known[i] || i < len(base) {
+				w.idx.keys.SetLeaf(int((first+uint64(i))%ledger.IndexChunkEntries), chosen[i])
 			}
 		}
 	}

@@ -20,9 +20,10 @@ var _ pruneSource = rawLogSource{}
 func (s rawLogSource) PruneWatermark() (uint64, error) { return s.r.PruneWatermark() }
 
 // FindingKinds are the kinds a scrub reports: the ledger's integrity kinds
-// and the payloads pruned outside the policy.
+// the payloads pruned outside the policy and the index chunks that
+// differ from their entries.
 func (s *Scrub) FindingKinds() []string {
-	return append(append([]string{}, kinds...), ledger.IntegrityPrunedOutsidePolicy)
+	return append(append([]string{}, kinds...), ledger.IntegrityPrunedOutsidePolicy, ledger.IntegrityIndexMismatch)
 }
 
 // prunedCheck finds entries at or above the pruning watermark whose

@@ -128,18 +128,7 @@ func (t *tailIndex) chunk(kind byte, c uint64) []indexEntry {
 		}
 	}
 	t.mu.RUnlock()
-	slices.SortFunc(out, func(a, b indexEntry) int {
-		if a.h != b.h {
-			if a.h < b.h {
-				return -1
-			}
-			return 1
-		}
-		if a.index < b.index {
-			return -1
-		}
-		return 1
-	})
+	sortIndexEntries(out)
 	return out
 }
 

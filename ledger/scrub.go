@@ -249,6 +249,10 @@ type ScannedEntry struct {
 	// LeafHash is recomputed from the stored entry: its payload hashed
 	// again, its leaf encoded and hashed. Zero when Err is set.
 	LeafHash merkle.Hash
+	// IDKey is the id index key of the stored entry's id (the first 8
+	// bytes of its SHA-256, big-endian), for ChunkKeys.SetID. Zero when Err
+	// is set.
+	IDKey uint64
 	// Err is an IntegrityError of kind IntegrityEntryMissing or
 	// IntegrityEntryCorrupt.
 	Err *IntegrityError
@@ -462,6 +466,8 @@ func (b *scanBatch) hash(log string, i int, sc *scratch) {
 		return
 	}
 	e.LeafHash = h
+	id := sha256.Sum256(unsafe.Slice(unsafe.StringData(sc.leaf.ID), len(sc.leaf.ID)))
+	e.IDKey = binary.BigEndian.Uint64(id[:8])
 	e.Pruned = v[0]&sPruned != 0 && sc.leaf.Marks&merkle.MarkOversize == 0
 }
 

@@ -1,0 +1,317 @@
+package ledger
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/auditd/auditd/merkle"
+)
+
+// IntegrityIndexMismatch is the kind of an ingested id or leaf-hash index
+// chunk whose stored keys or values differ from the ones rebuilt from the
+// chunk's entries: a lookup of an entry it covers may miss (a retry of its
+// event would be appended again) or find a wrong candidate.
+const IntegrityIndexMismatch = "index_mismatch"
+
+// ChunkKeys holds the index keys of one index chunk's entries, by position
+// in the chunk, as a checker rebuilt them from the entries: the id index
+// key of each entry's id and the leaf-hash index key of its tree leaf. A
+// position not set is unknown (its entry is missing or does not decode)
+// and is not judged. It holds about 18 bytes per entry (1.1 MiB).
+type ChunkKeys struct {
+	id, leaf     []uint64
+	idOK, leafOK []bool
+}
+
+// NewChunkKeys returns an empty ChunkKeys.
+func NewChunkKeys() *ChunkKeys {
+	return &ChunkKeys{
+		id: make([]uint64, indexChunk), leaf: make([]uint64, indexChunk),
+		idOK: make([]bool, indexChunk), leafOK: make([]bool, indexChunk),
+	}
+}
+
+// Reset forgets every key set.
+func (k *ChunkKeys) Reset() {
+	clear(k.idOK)
+	clear(k.leafOK)
+}
+
+// SetID sets the id index key (ScannedEntry.IDKey) of the entry at pos.
+func (k *ChunkKeys) SetID(pos int, idKey uint64) { k.id[pos], k.idOK[pos] = idKey, true }
+
+// SetLeaf sets the tree leaf hash of the entry at pos.
+func (k *ChunkKeys) SetLeaf(pos int, h merkle.Hash) {
+	k.leaf[pos], k.leafOK[pos] = leafHashKey(h), true
+}
+
+// IndexFinding is one index chunk of one index that differs from the one
+// rebuilt from its entries.
+type IndexFinding struct {
+	Index string // "id" or "leaf-hash"
+	Chunk uint64
+	// Entry is the first entry a lookup misses (or, if none, finds wrongly
+	// as a candidate); -1 if no one entry is concerned.
+	Entry  int64
+	Detail string
+}
+
+// CheckIndexChunk compares ingested index chunk c of both indexes (packed
+// or layout 1, as the chunk record says) with the keys rebuilt from its
+// entries: a key missing, a key not rebuilt, a value that differs. Records
+// of entries whose keys are unknown are left out of the comparison. An
+// error is a read failure, not a finding.
+func (r *RawLog) CheckIndexChunk(c uint64, k *ChunkKeys) ([]IndexFinding, error) {
+	packedFrom := uint64(0)
+	v, closer, err := r.r.Get(chunksKey(r.id))
+	switch {
+	case err == nil:
+		_, packedFrom, _ = decodeChunks(v) // malformed: judged as packed
+		closer.Close()
+	case !errors.Is(err, pebble.ErrNotFound):
+		return nil, err
+	}
+	var out []IndexFinding
+	for _, kind := range []byte{kindIDIndex, kindHashIndex} {
+		keys, known, name := k.id, k.idOK, "id"
+		if kind == kindHashIndex {
+			keys, known, name = k.leaf, k.leafOK, "leaf-hash"
+		}
+		t := indexTally{kind: kind, log: r.id, c: c, packed: c >= packedFrom, known: known, entry: -1}
+		if err := r.compareChunk(&t, keys); err != nil {
+			return nil, fmt.Errorf("ledger: %s: check %s index chunk %d: %w", r.name, name, c, err)
+		}
+		if f, ok := t.finding(name); ok {
+			out = append(out, f)
+		}
+	}
+	return out, nil
+}
+
+// indexRec is one record of an index value, normalised: the fingerprint
+// (packed; 0 in layout 1) and the entry's index.
+type indexRec struct {
+	fp    uint32
+	entry uint64
+}
+
+// indexTally compares one chunk of one index and counts what differs.
+type indexTally struct {
+	kind   byte
+	log    uint32
+	c      uint64
+	packed bool
+	known  []bool
+
+	keys, missing, extra, differ int
+	first                        string // the first difference, described
+	entry                        int64
+}
+
+// compareChunk merges the chunk's stored keys with the rebuilt ones, both
+// in key order.
+func (r *RawLog) compareChunk(t *indexTally, keys []uint64) error {
+	exp := make([]indexEntry, 0, len(keys))
+	for pos, h := range keys {
+		if t.known[pos] {
+			exp = append(exp, indexEntry{h, t.c<<indexChunkBits | uint64(pos)})
+		}
+	}
+	sortIndexEntries(exp)
+	lo := binary.BigEndian.AppendUint32(logKey(t.kind, r.id, 4), uint32(t.c))
+	hi := binary.BigEndian.AppendUint32(logKey(t.kind, r.id, 4), uint32(t.c+1))
+	if uint32(t.c+1) == 0 {
+		hi = logKey(t.kind, r.id+1, 0)
+	}
+	it, err := r.r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	var ek []byte
+	var ev []indexRec
+	g := 0
+	next := func() {
+		ek, ev = nil, ev[:0]
+		if g < len(exp) {
+			ek, ev, g = t.group(exp, g, ev)
+		}
+	}
+	next()
+	ok := it.First()
+	for ok || ek != nil {
+		cmp := -1
+		switch {
+		case !ok:
+			cmp = 1
+		case ek != nil:
+			cmp = bytes.Compare(it.Key(), ek)
+		}
+		switch {
+		case cmp < 0:
+			t.keys++
+			t.compare(it.Key(), it.Value(), nil)
+			ok = it.Next()
+		case cmp > 0:
+			t.keys++
+			t.missing++
+			t.note(ek, fmt.Sprintf("key missing (%d records rebuilt)", len(ev)), int64(ev[0].entry))
+			next()
+		default:
+			t.keys++
+			t.compare(it.Key(), it.Value(), ev)
+			ok = it.Next()
+			next()
+		}
+	}
+	return it.Error()
+}
+
+// group returns the key and records of the rebuilt value that starts at
+// exp[i], and where the next starts.
+func (t *indexTally) group(exp []indexEntry, i int, recs []indexRec) ([]byte, []indexRec, int) {
+	if !t.packed {
+		h := exp[i].h
+		for ; i < len(exp) && exp[i].h == h; i++ {
+			recs = append(recs, indexRec{0, exp[i].index})
+		}
+		return chunkKey(t.kind, t.log, uint32(t.c), h), recs, i
+	}
+	w := fpBytes(t.kind)
+	b := byte(exp[i].h >> 56)
+	for ; i < len(exp) && byte(exp[i].h>>56) == b; i++ {
+		recs = append(recs, indexRec{fingerprint(exp[i].h, w), exp[i].index})
+	}
+	return packedKey(t.kind, t.log, uint32(t.c), b), recs, i
+}
+
+// compare compares a stored key's value with the rebuilt records (nil: the
+// key was not rebuilt).
+func (t *indexTally) compare(key, v []byte, want []indexRec) {
+	got, err := t.decode(key, v)
+	if err != nil {
+		t.differ++
+		t.note(key, err.Error(), -1)
+		return
+	}
+	if slices.Equal(got, want) {
+		return
+	}
+	if want == nil {
+		t.extra++
+		t.note(key, fmt.Sprintf("stored with %d records, but no entry's key is filed there", len(got)), int64(got[0].entry))
+		return
+	}
+	t.differ++
+	entry, what := firstDiff(want, got)
+	t.note(key, fmt.Sprintf("value differs: %d records stored, %d rebuilt; entry %d %s", len(got), len(want), entry, what), int64(entry))
+}
+
+// decode returns a stored value's records, less those of entries whose
+// keys are unknown.
+func (t *indexTally) decode(key, v []byte) ([]indexRec, error) {
+	var recs []indexRec
+	keep := func(e uint64) bool {
+		pos := e - t.c<<indexChunkBits
+		return e>>indexChunkBits != t.c || t.known[pos]
+	}
+	if !t.packed {
+		if len(key) != 17 {
+			return nil, fmt.Errorf("key of %d bytes in a layout-1 chunk", len(key))
+		}
+		idx, ok := decodeIndexes(v)
+		if !ok || len(idx) == 0 {
+			return nil, fmt.Errorf("value of %d bytes does not decode", len(v))
+		}
+		for _, e := range idx {
+			if keep(e) {
+				recs = append(recs, indexRec{0, e})
+			}
+		}
+		return recs, nil
+	}
+	w := fpBytes(t.kind)
+	if len(key) != packedKeyLen {
+		return nil, fmt.Errorf("key of %d bytes in a packed chunk", len(key))
+	}
+	if len(v)%(w+2) != 0 || len(v) == 0 {
+		return nil, fmt.Errorf("value of %d bytes does not decode", len(v))
+	}
+	for i := 0; i < len(v); i += w + 2 {
+		e := t.c<<indexChunkBits | uint64(binary.BigEndian.Uint16(v[i+w:]))
+		if keep(e) {
+			recs = append(recs, indexRec{recordFP(v[i:], w), e})
+		}
+	}
+	return recs, nil
+}
+
+// firstDiff names the first rebuilt record not stored (the entry a lookup
+// misses), or else the first stored record not rebuilt.
+func firstDiff(want, got []indexRec) (uint64, string) {
+	count := map[indexRec]int{}
+	for _, r := range got {
+		count[r]++
+	}
+	for _, r := range want {
+		if count[r] == 0 {
+			return r.entry, "is not found through it"
+		}
+		count[r]--
+	}
+	for _, r := range got {
+		if count[r] > 0 {
+			return r.entry, "is filed under a fingerprint its key does not have"
+		}
+	}
+	return want[0].entry, "is out of order (a lookup's search may miss it)"
+}
+
+func (t *indexTally) note(key []byte, what string, entry int64) {
+	if t.first != "" {
+		return
+	}
+	where := fmt.Sprintf("key %x", key)
+	if len(key) >= packedKeyLen {
+		where = fmt.Sprintf("bucket %#02x", key[9])
+		if !t.packed && len(key) == 17 {
+			where += fmt.Sprintf(" key %x", key[9:])
+		}
+	}
+	t.first, t.entry = where+": "+what, entry
+}
+
+func (t *indexTally) finding(name string) (IndexFinding, bool) {
+	if t.first == "" {
+		return IndexFinding{}, false
+	}
+	layout := "packed"
+	if !t.packed {
+		layout = "layout 1"
+	}
+	return IndexFinding{Index: name, Chunk: t.c, Entry: t.entry, Detail: fmt.Sprintf(
+		"%s index chunk %d (%s): %d of %d keys differ from the ones rebuilt from its entries (%d missing, %d not rebuilt, %d with another value); first at %s",
+		name, t.c, layout, t.missing+t.extra+t.differ, t.keys, t.missing, t.extra, t.differ, t.first)}, true
+}
+
+// sortIndexEntries sorts index entries by key, then index: the order a
+// chunk is written in.
+func sortIndexEntries(es []indexEntry) {
+	slices.SortFunc(es, func(a, b indexEntry) int {
+		if a.h != b.h {
+			if a.h < b.h {
+				return -1
+			}
+			return 1
+		}
+		if a.index < b.index {
+			return -1
+		}
+		return 1
+	})
+}

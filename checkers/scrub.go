@@ -25,7 +25,9 @@ const (
 // payload, recomputes payload digests and leaf hashes, rebuilds the tree
 // from the leaves and compares every stored tile (base and level-4 hashes),
 // the recorded root and the root of every stored signed checkpoint with
-// the rebuilt tree.
+// the rebuilt tree. On a local source it also compares every ingested id
+// and leaf-hash index chunk with the one rebuilt from its entries
+// (scrub_index.go).
 //
 // Where a leaf recomputed from its entry differs from the tree's, the
 // stored level-4 hash over its group of 16 tells which side is wrong: the

@@ -213,18 +213,21 @@ func TestScrubIndexChunks(t *testing.T) {
 	}
 }
 
-// TestIndexRadixSort checks the check's sort against the order chunks are
+// TestIndexChunkSort checks the check's sort against the order chunks are
 // written in, with keys that collide in full and in single bytes.
-func TestIndexRadixSort(t *testing.T) {
+func TestIndexChunkSort(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	var tmp []indexEntry
-	for _, n := range []int{0, 1, 2, 300, indexChunk} {
+	count := make([]uint32, 1<<16)
+	for _, n := range []int{0, 1, 2, 20, 300, indexChunk} {
 		es := make([]indexEntry, n)
 		for i := range es {
 			h := rng.Uint64()
-			switch i % 5 {
+			switch i % 7 {
 			case 1:
-				h &= 0xff00ff00ff00ff00 // equal bytes: passes skipped
+				h = 0xabcd<<48 | h&0xffff // many share the top bits
+			case 3:
+				h = 0x1234<<48 | h&0xff // another shared prefix
 			case 2:
 				h = uint64(rng.IntN(8)) << 56 // full collisions
 			}
@@ -233,9 +236,9 @@ func TestIndexRadixSort(t *testing.T) {
 		want := slices.Clone(es)
 		sortIndexEntries(want)
 		var got []indexEntry
-		got, tmp = radixSortIndexEntries(slices.Clone(es), tmp)
+		got, tmp = sortChunkEntries(slices.Clone(es), tmp, count)
 		if !slices.Equal(got, want) {
-			t.Fatalf("%d entries: radix order differs", n)
+			t.Fatalf("%d entries: order differs", n)
 		}
 	}
 }

@@ -16,18 +16,9 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-)
 
-// decodedEvent has the shape of an ingested event (ingest.Event): the
-// decode-only server decodes into it as auditd's decoder does.
-type decodedEvent struct {
-	ID            string          `json:"id,omitempty"`
-	Key           *string         `json:"key,omitempty"`
-	KeyBase64     *string         `json:"key_base64,omitempty"`
-	Time          *string         `json:"time,omitempty"`
-	Payload       json.RawMessage `json:"payload,omitempty"`
-	PayloadBase64 *string         `json:"payload_base64,omitempty"`
-}
+	"github.com/auditd/auditd/ingest"
+)
 
 // runDecodeOnly is the decodeonly mode, the reference server of compare
 // -mode batch: it reads each POST body, JSON-decodes its NDJSON events
@@ -100,7 +91,7 @@ func decodeNDJSON(r io.Reader) (int, error) {
 	dec := json.NewDecoder(r)
 	n := 0
 	for {
-		var ev decodedEvent
+		var ev ingest.Event // auditd's own event shape, decoded with encoding/json alone
 		err := dec.Decode(&ev)
 		if err == io.EOF {
 			return n, nil

@@ -3,10 +3,15 @@ package ledger
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
+
+	"golang.org/x/mod/sumdb/note"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -409,5 +414,43 @@ func TestPackedBucketMalformed(t *testing.T) {
 				t.Fatalf("EntryByID(entry %d) = %v, %v", i, rec, err)
 			}
 		}
+	}
+}
+
+// A store whose layout marker is newer than this version's is refused at
+// open, not read with the wrong decoding.
+func TestNewerLayoutRefused(t *testing.T) {
+	t.Parallel()
+	skey, vkey, err := note.GenerateKey(rand.Reader, testKeyName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, _ := note.NewSigner(skey)
+	verifier, _ := note.NewVerifier(vkey)
+	dir := t.TempDir()
+	s, err := Open(dir, signer, verifier, WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := pebble.Open(dir, pebbleOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Set([]byte{kindLayout}, binary.BigEndian.AppendUint32(nil, storageLayout+1), pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(dir, signer, verifier, WithLogger(slog.New(slog.DiscardHandler)))
+	if err == nil {
+		s.Close()
+		t.Fatal("a store of a newer storage layout opened")
+	}
+	if want := fmt.Sprintf("storage layout %d is newer", storageLayout+1); !strings.Contains(err.Error(), want) {
+		t.Fatalf("open: %v, want it to say %q", err, want)
 	}
 }

@@ -9,9 +9,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
-	"sync"
-	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
@@ -45,125 +42,6 @@ func leafHashKey(h merkle.Hash) uint64 { return binary.BigEndian.Uint64(h[:8]) }
 func chunkKey(kind byte, log uint32, chunk uint32, h uint64) []byte {
 	k := binary.BigEndian.AppendUint32(logKey(kind, log, 12), chunk)
 	return binary.BigEndian.AppendUint64(k, h)
-}
-
-// tailIndex indexes the entries at and above start: those not yet in an
-// ingested chunk. Readers, the writer and the chunk ingester share it.
-type tailIndex struct {
-	// packedFrom is the first chunk in the packed layout (indexpack.go);
-	// chunks below it are in layout 1. Set when the log loads.
-	packedFrom atomic.Uint64
-
-	mu    sync.RWMutex
-	start uint64
-	// ids and hashes list the index entries in index order, so a chunk is a
-	// prefix; byID and byHash find them (first index, then collisions).
-	ids, hashes   []indexEntry
-	byID, byHash  map[uint64]uint64
-	moreID, moreH map[uint64][]uint64
-}
-
-type indexEntry struct {
-	h     uint64
-	index uint64
-}
-
-func (t *tailIndex) reset(start uint64) {
-	t.mu.Lock()
-	t.start, t.ids, t.hashes = start, nil, nil
-	t.byID, t.byHash = map[uint64]uint64{}, map[uint64]uint64{}
-	t.moreID, t.moreH = map[uint64][]uint64{}, map[uint64][]uint64{}
-	t.mu.Unlock()
-}
-
-func put(first map[uint64]uint64, more map[uint64][]uint64, h, index uint64) {
-	if _, ok := first[h]; ok {
-		more[h] = append(more[h], index)
-		return
-	}
-	first[h] = index
-}
-
-func (t *tailIndex) add(items []*item) {
-	t.mu.Lock()
-	for _, it := range items {
-		lh := leafHashKey(it.hash)
-		t.ids = append(t.ids, indexEntry{it.idh, it.index})
-		t.hashes = append(t.hashes, indexEntry{lh, it.index})
-		put(t.byID, t.moreID, it.idh, it.index)
-		put(t.byHash, t.moreH, lh, it.index)
-	}
-	t.mu.Unlock()
-}
-
-func (t *tailIndex) lookup(kind byte, h uint64) []uint64 {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	first, more := t.byID, t.moreID
-	if kind == kindHashIndex {
-		first, more = t.byHash, t.moreH
-	}
-	i, ok := first[h]
-	if !ok {
-		return nil
-	}
-	return append([]uint64{i}, more[h]...)
-}
-
-// chunk returns the index entries of chunk c, sorted by hash.
-func (t *tailIndex) chunk(kind byte, c uint64) []indexEntry {
-	t.mu.RLock()
-	list := t.ids
-	if kind == kindHashIndex {
-		list = t.hashes
-	}
-	lo, hi := c<<indexChunkBits, (c+1)<<indexChunkBits
-	var out []indexEntry
-	for _, e := range list { // in index order: the chunk is a run
-		if e.index >= hi {
-			break
-		}
-		if e.index >= lo {
-			out = append(out, e)
-		}
-	}
-	t.mu.RUnlock()
-	sortIndexEntries(out)
-	return out
-}
-
-// dropBelow forgets the entries below boundary (now in an ingested chunk).
-func (t *tailIndex) dropBelow(boundary uint64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	drop := func(list []indexEntry, first map[uint64]uint64, more map[uint64][]uint64) []indexEntry {
-		n := 0
-		for n < len(list) && list[n].index < boundary {
-			h := list[n].h
-			if rest, ok := more[h]; ok {
-				// Collisions: keep the indexes at or above boundary.
-				all := append([]uint64{first[h]}, rest...)
-				var keep []uint64
-				for _, i := range all {
-					if i >= boundary {
-						keep = append(keep, i)
-					}
-				}
-				delete(more, h)
-				delete(first, h)
-				for _, i := range keep {
-					put(first, more, h, i)
-				}
-			} else if first[h] < boundary {
-				delete(first, h)
-			}
-			n++
-		}
-		return slices.Clone(list[n:])
-	}
-	t.ids = drop(t.ids, t.byID, t.moreID)
-	t.hashes = drop(t.hashes, t.byHash, t.moreH)
-	t.start = boundary
 }
 
 // indexLookup returns the indexes filed under h in the kind index: the
@@ -311,20 +189,6 @@ func (l *Log) loadIndex(size uint64) (idFilter, error) {
 	}
 	l.tail.addEntries(ids, hashes)
 	return f, l.ingestChunks(size)
-}
-
-// addEntries adds index entries, each list in index order.
-func (t *tailIndex) addEntries(ids, hashes []indexEntry) {
-	t.mu.Lock()
-	for _, e := range ids {
-		t.ids = append(t.ids, e)
-		put(t.byID, t.moreID, e.h, e.index)
-	}
-	for _, e := range hashes {
-		t.hashes = append(t.hashes, e)
-		put(t.byHash, t.moreH, e.h, e.index)
-	}
-	t.mu.Unlock()
 }
 
 // tailEntries reads the entries [from, to) for the memory index and returns

@@ -155,7 +155,11 @@ func (l *Log) process(group []*appendReq) {
 		close(r.done)
 		return
 	}
-	pending := map[string]*item{}
+	n := 0
+	for _, r := range group {
+		n += len(r.items)
+	}
+	pending := newByID[*item](n)
 	var fresh []*item
 	var source []byte
 	for _, r := range group {
@@ -208,26 +212,28 @@ func (l *Log) process(group []*appendReq) {
 
 // resolve assigns each entry of r a new index or finds it already held.
 // New entries join fresh only if the whole request is accepted.
-func (l *Log) resolve(r *appendReq, pending map[string]*item, fresh *[]*item) error {
+func (l *Log) resolve(r *appendReq, pending *byID[*item], fresh *[]*item) error {
 	res := &AppendResult{Entries: make([]Appended, len(r.items))}
 	var mine []*item
-	local := map[string]*item{}
-	localPos := map[string]int{}
+	local := newByID[int](len(r.items))
 	dups := 0
 	next := l.w.size + uint64(len(*fresh))
 	for i := range r.items {
 		it := &r.items[i]
 		a := &res.Entries[i]
 		a.ID = it.leaf.ID
-		if j, dup := localPos[it.leaf.ID]; dup && !sameContent(&r.items[j].leaf, &it.leaf) {
-			// The request contradicts itself: a bad request, not a
-			// violation of what the log holds.
-			l.s.metrics.conflicts.WithLabelValues(l.name, "id_conflict_in_request").Inc()
-			return &ConflictError{Log: l.name, ID: it.leaf.ID, Item: i, EarlierItem: j}
-		}
-		prior, ok := local[it.leaf.ID]
-		if !ok {
-			prior, ok = pending[it.leaf.ID]
+		var prior *item
+		j, ok := local.get(it.idh, it.leaf.ID)
+		if ok {
+			if !sameContent(&r.items[j].leaf, &it.leaf) {
+				// The request contradicts itself: a bad request, not a
+				// violation of what the log holds.
+				l.s.metrics.conflicts.WithLabelValues(l.name, "id_conflict_in_request").Inc()
+				return &ConflictError{Log: l.name, ID: it.leaf.ID, Item: i, EarlierItem: j}
+			}
+			prior = &r.items[j]
+		} else {
+			prior, ok = pending.get(it.idh, it.leaf.ID)
 		}
 		if !ok && l.w.ids.mayContain(it.idh) {
 			rec, err := l.findID(it.idh, it.leaf.ID, ^uint64(0))
@@ -256,12 +262,11 @@ func (l *Log) resolve(r *appendReq, pending map[string]*item, fresh *[]*item) er
 		}
 		it.index = next + uint64(len(mine))
 		a.Index, a.LeafHash = it.index, it.hash
-		local[it.leaf.ID] = it
-		localPos[it.leaf.ID] = i
+		local.put(it.idh, it.leaf.ID, i)
 		mine = append(mine, it)
 	}
 	for _, it := range mine {
-		pending[it.leaf.ID] = it
+		pending.put(it.idh, it.leaf.ID, it)
 	}
 	*fresh = append(*fresh, mine...)
 	if dups > 0 {
@@ -373,4 +378,41 @@ func (l *Log) visit(id merkle.NodeID, hash merkle.Hash) {
 	}
 	t.base = append(t.base, hash)
 	t.dirty = true
+}
+
+// byID maps event ids to values for the writer's duplicate checks. It is
+// keyed by the id's 64-bit index key (item.idh, already computed), so a
+// lookup hashes 8 bytes rather than the id; an id whose key collides with
+// another id's goes to a map keyed by the id itself.
+type byID[V any] struct {
+	hashed map[uint64]idValue[V]
+	clash  map[string]V
+}
+
+type idValue[V any] struct {
+	id string
+	v  V
+}
+
+func newByID[V any](n int) *byID[V] { return &byID[V]{hashed: make(map[uint64]idValue[V], n)} }
+
+func (m *byID[V]) get(h uint64, id string) (V, bool) {
+	e, ok := m.hashed[h]
+	if !ok || e.id == id {
+		return e.v, ok
+	}
+	v, ok := m.clash[id]
+	return v, ok
+}
+
+// put files a value under an id it does not hold yet.
+func (m *byID[V]) put(h uint64, id string, v V) {
+	if e, ok := m.hashed[h]; ok && e.id != id {
+		if m.clash == nil {
+			m.clash = map[string]V{}
+		}
+		m.clash[id] = v
+		return
+	}
+	m.hashed[h] = idValue[V]{id, v}
 }

@@ -88,7 +88,7 @@ func (l *Log) signIfNeeded() {
 
 // sign signs, stores and publishes a checkpoint of the committed tree; the
 // caller holds signMu. The note is stored in Pebble and written to the
-// checkpoint file (see keep), and only once both are durable published
+// checkpoint file (see keep), and only once the file is durable published
 // (served, waited for): the file is never behind a published checkpoint.
 func (l *Log) sign() {
 	if l.readOnly.Load() != nil {
@@ -148,15 +148,20 @@ func (l *Log) sign() {
 }
 
 // keep stores a signed checkpoint in Pebble and writes it to the log's
-// checkpoint file, both durably and at once: neither waits for the other's
-// sync. A crash with only one of them done is repaired when the store
-// opens (admit): a stored checkpoint newer than the file is written to the
-// file, a file newer than the stored history is stored again, each before
-// it is published.
+// checkpoint file. The file is written durably: it is what a published
+// checkpoint must never be ahead of. The Pebble write is not synced: the
+// writer's next commit syncs the WAL that holds it, and a crash before
+// that loses nothing the file does not hold, since the entries it covers
+// were durable before it was signed. Open repairs either copy from the
+// other (admit): a file newer than the stored history is stored again, a
+// stored checkpoint newer than the file (from before this, when both were
+// synced at once) is written to the file, each before it is published.
+// Not waiting for a WAL sync behind the writer's commits takes a commit's
+// time off every checkpoint's latency.
 func (l *Log) keep(size uint64, note []byte) error {
 	fileErr := make(chan error, 1)
 	go func() { fileErr <- l.s.cpFiles.write(l.name, note) }()
-	err := l.s.db.Set(checkpointKey(l.id, size), note, pebble.Sync)
+	err := l.s.db.Set(checkpointKey(l.id, size), note, pebble.NoSync)
 	if ferr := <-fileErr; err == nil {
 		err = ferr
 	}

@@ -35,10 +35,14 @@ type roundResult struct {
 	AckP99        float64 `json:"ack_p99_ms"`
 	CheckpointP50 float64 `json:"checkpoint_p50_ms,omitempty"`
 	CheckpointP99 float64 `json:"checkpoint_p99_ms,omitempty"`
-	Uncovered     int     `json:"uncovered_acks,omitempty"`
-	Errors        int64   `json:"errors"`
-	FirstError    string  `json:"first_error,omitempty"`
-	Load1         string  `json:"load1"`
+	// FromAckP50 and FromAckP99 time each ack to the first checkpoint
+	// covering it (per add, not a difference of medians).
+	FromAckP50 float64 `json:"ack_to_checkpoint_p50_ms,omitempty"`
+	FromAckP99 float64 `json:"ack_to_checkpoint_p99_ms,omitempty"`
+	Uncovered  int     `json:"uncovered_acks,omitempty"`
+	Errors     int64   `json:"errors"`
+	FirstError string  `json:"first_error,omitempty"`
+	Load1      string  `json:"load1"`
 }
 
 // Phases of a round's load.
@@ -174,6 +178,8 @@ func (ld *load) fill(res *roundResult, elapsed, cpu, self time.Duration) {
 	if ld.srv.checkpoint != nil {
 		cp := ld.tracker.Latencies()
 		res.CheckpointP50, res.CheckpointP99 = ms(cp.Pct(.5)), ms(cp.Pct(.99))
+		fa := ld.tracker.FromAck()
+		res.FromAckP50, res.FromAckP99 = ms(fa.Pct(.5)), ms(fa.Pct(.99))
 		res.Uncovered = ld.tracker.Waiting()
 	}
 	res.Errors = ld.errors.Load()
@@ -205,9 +211,10 @@ func (ld *load) work(ctx context.Context) {
 			continue
 		}
 		ld.requests.Add(1)
-		ld.ack.Add(time.Since(start))
+		acked := time.Now()
+		ld.ack.Add(acked.Sub(start))
 		if ld.srv.checkpoint != nil {
-			ld.tracker.Acked(size, start)
+			ld.tracker.AckedAt(size, start, acked)
 		}
 	}
 }

@@ -18,6 +18,8 @@ type targetSummary struct {
 	AckP99        float64 `json:"ack_p99_ms"`
 	CheckpointP50 float64 `json:"checkpoint_p50_ms,omitempty"`
 	CheckpointP99 float64 `json:"checkpoint_p99_ms,omitempty"`
+	FromAckP50    float64 `json:"ack_to_checkpoint_p50_ms,omitempty"`
+	FromAckP99    float64 `json:"ack_to_checkpoint_p99_ms,omitempty"`
 	Errors        int64   `json:"errors"`
 	// RateRatio and CPURatio are the medians over rounds of this target's
 	// events/s and CPU per event over the reference's in the same round.
@@ -56,6 +58,8 @@ func summarize(f compareFlags, rounds []roundResult) []targetSummary {
 			AckP99:        col(func(r roundResult) float64 { return r.AckP99 }),
 			CheckpointP50: col(func(r roundResult) float64 { return r.CheckpointP50 }),
 			CheckpointP99: col(func(r roundResult) float64 { return r.CheckpointP99 }),
+			FromAckP50:    col(func(r roundResult) float64 { return r.FromAckP50 }),
+			FromAckP99:    col(func(r roundResult) float64 { return r.FromAckP99 }),
 			RateRatio:     col(func(r roundResult) float64 { return ratio(r.EventsPerSec, ref[r.Round].EventsPerSec) }),
 			CPURatio:      col(func(r roundResult) float64 { return ratio(r.CPUPerEventUS, ref[r.Round].CPUPerEventUS) }),
 		}
@@ -111,19 +115,20 @@ func printRound(r roundResult) {
 		fmt.Sprint(r.Errors), fmt.Sprintf("%.2f", r.ServerCores), fmt.Sprintf("%.0f", r.RunqWaitMS), fmt.Sprintf("%.1fs", r.ClientCPU), r.Load1)
 }
 
-const sumRow = "%-22s %11s %11s %8s %10s %8s %9s %9s %9s %9s\n"
+const sumRow = "%-22s %11s %11s %8s %10s %8s %9s %9s %9s %9s %9s %9s\n"
 
 func printSummary(f compareFlags, sum []targetSummary) {
-	fmt.Printf("\nmedians over %d rounds (ratios: median of the per-round ratios to %s; ack and cp in ms from POST start)\n", f.rounds, f.ref)
-	fmt.Printf(sumRow, "target", "writes/s", "events/s", "ratio", "cpu us/ev", "ratio", "ack p50", "ack p99", "cp p50", "cp p99")
+	fmt.Printf("\nmedians over %d rounds (ratios: median of the per-round ratios to %s; ack and cp in ms from POST start;\n a>cp: ms from each ack to the first checkpoint covering it)\n", f.rounds, f.ref)
+	fmt.Printf(sumRow, "target", "writes/s", "events/s", "ratio", "cpu us/ev", "ratio", "ack p50", "ack p99", "cp p50", "cp p99", "a>cp p50", "a>cp p99")
 	for _, s := range sum {
-		cp50, cp99 := "-", "-"
+		cp50, cp99, fa50, fa99 := "-", "-", "-", "-"
 		if s.CheckpointP50 > 0 || s.CheckpointP99 > 0 {
 			cp50, cp99 = fmt.Sprintf("%.1f", s.CheckpointP50), fmt.Sprintf("%.1f", s.CheckpointP99)
+			fa50, fa99 = fmt.Sprintf("%.1f", s.FromAckP50), fmt.Sprintf("%.1f", s.FromAckP99)
 		}
 		fmt.Printf(sumRow, clip(s.Target, 22), fmt.Sprintf("%.0f", s.WritesPerSec), fmt.Sprintf("%.0f", s.EventsPerSec),
 			fmt.Sprintf("%.2f", s.RateRatio), fmt.Sprintf("%.2f", s.CPUPerEventUS), fmt.Sprintf("%.2f", s.CPURatio),
-			fmt.Sprintf("%.1f", s.AckP50), fmt.Sprintf("%.1f", s.AckP99), cp50, cp99)
+			fmt.Sprintf("%.1f", s.AckP50), fmt.Sprintf("%.1f", s.AckP99), cp50, cp99, fa50, fa99)
 	}
 }
 

@@ -321,3 +321,22 @@ func TestHistQuantileGathered(t *testing.T) {
 		t.Errorf("a missing histogram = %v, want NaN", got)
 	}
 }
+
+// TestTrackerFromAck times adds from their acks: one acked before its
+// checkpoint, one whose checkpoint was seen before its ack arrived (0),
+// and one Acked without an ack time (not timed from the ack).
+func TestTrackerFromAck(t *testing.T) {
+	var tr CheckpointTracker
+	tr.AckedAt(10, at(0), at(20)) // covered at 50: 30 ms after its ack
+	tr.Checkpoint(10, at(50))
+	tr.Checkpoint(30, at(60))
+	tr.AckedAt(30, at(40), at(70)) // covered before the ack arrived
+	tr.Acked(30, at(45))
+	fa := tr.FromAck()
+	if fa.Len() != 2 || fa.Pct(0) != 0 || fa.Pct(1) != 30*time.Millisecond {
+		t.Fatalf("ack to checkpoint: %d from %v to %v; want 2, from 0 to 30 ms", fa.Len(), fa.Pct(0), fa.Pct(1))
+	}
+	if l := tr.Latencies(); l.Len() != 3 {
+		t.Fatalf("start to checkpoint: %d latencies, want 3", l.Len())
+	}
+}

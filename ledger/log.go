@@ -176,8 +176,15 @@ func (l *Log) append(ctx context.Context, entries []Entry, pos []byte) (*AppendR
 	}
 	now := l.s.opts.now()
 	req := &appendReq{items: make([]item, len(entries)), source: pos, enq: time.Now(), done: make(chan struct{})}
+	// The entries' stored forms share one allocation (they live as long
+	// as the request).
+	capacity := 0
 	for i := range entries {
-		if err := prepare(l.name, &entries[i], now, &req.items[i]); err != nil {
+		capacity += storedEstimate(&entries[i])
+	}
+	slab := make([]byte, 0, capacity)
+	for i := range entries {
+		if err := prepare(l.name, &entries[i], now, &req.items[i], &slab); err != nil {
 			return nil, fmt.Errorf("%w: event %d: %v", ErrInvalid, i, err)
 		}
 	}
@@ -207,7 +214,19 @@ func (l *Log) append(ctx context.Context, entries []Entry, pos []byte) (*AppendR
 	}
 }
 
-func prepare(log string, e *Entry, now time.Time, it *item) error {
+// storedEstimate is about the size of e's stored form (appendStored): more
+// for most entries, and fine if less.
+func storedEstimate(e *Entry) int {
+	n := 64 + len(e.Key) + len(e.Payload)
+	if e.ID == "" {
+		return n + 64
+	}
+	return n + len(e.ID)
+}
+
+// prepare builds the leaf, hashes and stored form of an entry; the stored
+// form is appended to slab.
+func prepare(log string, e *Entry, now time.Time, it *item, slab *[]byte) error {
 	id := e.ID
 	if id == "" {
 		id = DeriveID(e)
@@ -241,7 +260,9 @@ func prepare(log string, e *Entry, now time.Time, it *item) error {
 	}
 	it.hash = merkle.LeafHash(lb)
 	it.idh = idHash(id)
-	it.stored = appendStored(make([]byte, 0, 64+len(id)+len(e.Key)+len(e.Payload)), &it.leaf, e.Payload, e.PayloadJSON, omitted)
+	start := len(*slab)
+	*slab = appendStored(*slab, &it.leaf, e.Payload, e.PayloadJSON, omitted)
+	it.stored = (*slab)[start:len(*slab):len(*slab)]
 	return nil
 }
 

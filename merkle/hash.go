@@ -58,8 +58,25 @@ var hasher = rfc6962.DefaultHasher
 // EmptyRoot is the root hash of the empty tree: SHA-256 of the empty string.
 func EmptyRoot() Hash { return toHash(hasher.EmptyRoot()) }
 
-// LeafHash returns the RFC 6962 hash of a leaf: SHA-256(0x00 || leaf).
-func LeafHash(leaf []byte) Hash { return toHash(hasher.HashLeaf(leaf)) }
+// LeafHash returns the RFC 6962 hash of a leaf: SHA-256(0x00 || leaf). It
+// is rfc6962.DefaultHasher.HashLeaf without its allocations (a hash state,
+// the sum, and leaf itself escaping) for leaves of up to leafHashStack
+// bytes, which are nearly all: the append path hashes every leaf (tests
+// check the two agree).
+func LeafHash(leaf []byte) Hash {
+	var b []byte
+	if len(leaf) <= leafHashStack {
+		var stack [1 + leafHashStack]byte
+		b = stack[:1+len(leaf)]
+	} else {
+		b = make([]byte, 1+len(leaf))
+	}
+	b[0] = 0 // the leaf prefix
+	copy(b[1:], leaf)
+	return sha256.Sum256(b)
+}
+
+const leafHashStack = 1024
 
 // NodeHash returns the RFC 6962 hash of an interior node: SHA-256(0x01 ||
 // left || right). It is rfc6962.DefaultHasher.HashChildren without the

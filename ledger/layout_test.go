@@ -454,3 +454,55 @@ func TestNewerLayoutRefused(t *testing.T) {
 		t.Fatalf("open: %v, want it to say %q", err, want)
 	}
 }
+
+// TestFilterV1TablesStillRead: tables written with the ledger filter as
+// storage layout 2 first built it (packed index keys left out of the
+// filter) must still answer for those keys once the store is opened with
+// the current filter, which holds them: a lookup that trusted an old
+// filter to hold them would miss every id of an ingested chunk, and an
+// append of one would be taken as new.
+func TestFilterV1TablesStillRead(t *testing.T) {
+	if testing.Short() {
+		t.Skip("appends an index chunk of entries")
+	}
+	t.Parallel()
+	v1 := func(po *pebble.Options) {
+		stock := bloom.FilterPolicy(bloomBits)
+		for i := range po.Levels {
+			po.Levels[i].FilterPolicy = ledgerFilterV1{stock}
+		}
+	}
+	s, _ := newTestStore(t, WithCheckpointInterval(0), func(o *options) { o.tune = v1 })
+	l := mustCreateLog(t, s, "v1")
+	n := indexChunk + 300
+	appendUUIDs(t, l, 0, n)
+	if l.chunks.Load() != 1 {
+		t.Fatalf("%d chunks ingested, want 1", l.chunks.Load())
+	}
+	if err := s.Compact(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testStores[s]
+	s.Close()
+	// The same directory with the current filter.
+	cfg.opts = append(cfg.opts, func(o *options) { o.tune = nil })
+	s = openTestStore(t, cfg)
+	l = mustLog(t, s, "v1")
+	checkUUIDs(t, l, n)
+	// The chunk's tables are still the v1 filter's.
+	found := false
+	tables, err := s.db.SSTables(pebble.WithProperties())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range tables {
+		for _, ti := range p {
+			if ti.Properties.FilterPolicyName == (ledgerFilterV1{}).Name() {
+				found = true
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no table with the v1 filter left: the test checks nothing")
+	}
+}

@@ -14,9 +14,8 @@ import (
 //   - 32 KiB data blocks: an entry is ~300 bytes, so a 4 KiB block holds
 //     about 13 and its header, column offsets and checksum cost ~8 bytes
 //     per entry;
-//   - Bloom filters (10 bits per key) on every key but those that are
-//     always present when asked for: entries (read only below the tree
-//     size) and packed index buckets (one per bucket of a chunk).
+//   - Bloom filters (10 bits per key) on every key but entries, which
+//     are always present when asked for (read only below the tree size).
 const (
 	storeFormat    = pebble.FormatTableFormatV6
 	storeBlockSize = 32 << 10
@@ -27,10 +26,11 @@ const (
 // cache and logger, and may change the rest before Open.
 func pebbleOptions() *pebble.Options {
 	po := &pebble.Options{FormatMajorVersion: storeFormat}
-	// Tables written before the filter below existed carry the stock
-	// Bloom filter; it stays registered so that their filters are read.
+	// Tables written before the filters below existed carry the stock
+	// Bloom filter, or the ledger filter of storage layout 2 as first
+	// built; both stay registered so that their filters are read.
 	stock := bloom.FilterPolicy(bloomBits)
-	po.Filters = map[string]pebble.FilterPolicy{stock.Name(): stock}
+	po.Filters = map[string]pebble.FilterPolicy{stock.Name(): stock, ledgerFilterV1{stock}.Name(): ledgerFilterV1{stock}}
 	for i := range po.Levels {
 		po.Levels[i].FilterPolicy = ledgerFilter{stock}
 		po.Levels[i].BlockSize = storeBlockSize
@@ -38,14 +38,41 @@ func pebbleOptions() *pebble.Options {
 	return po
 }
 
-// ledgerFilter is a Bloom filter over the keys a lookup may miss. It has
-// its own name, so a tool that opens the store with the stock Bloom filter
-// ignores these filters (which lack the entry keys) instead of trusting
-// them.
+// ledgerFilter is a Bloom filter over every key but entry keys, which are
+// always present when asked for (entries are read only below the tree
+// size). It has its own name, so a tool that opens the store with the
+// stock Bloom filter ignores these filters (which lack the entry keys)
+// instead of trusting them.
+//
+// Packed index keys (one per bucket of an ingested index chunk) are in it:
+// they are always present in their chunk's table, but every flushed table
+// spans their key range too (it holds entries and tiles, whose kinds sort
+// around the index's), and a lookup of an id (every append's whose id the
+// id filter cannot rule out) seeks each chunk's bucket through all of
+// them. Without the keys in the filter each such seek read a data block of
+// every one.
 type ledgerFilter struct{ bloom pebble.FilterPolicy }
 
 // filtered reports whether a key goes into the filter.
-func filtered(key []byte) bool {
+func filtered(key []byte) bool { return len(key) == 0 || key[0] != kindEntry }
+
+func (ledgerFilter) Name() string { return "auditd.ledger.bloom10.v2" }
+
+func (f ledgerFilter) MayContain(ft pebble.FilterType, filter, key []byte) bool {
+	return !filtered(key) || f.bloom.MayContain(ft, filter, key)
+}
+
+func (f ledgerFilter) NewWriter(ft pebble.FilterType) pebble.FilterWriter {
+	return filterWriter{f.bloom.NewWriter(ft), filtered}
+}
+
+// ledgerFilterV1 reads the filters of tables written before packed index
+// keys went into the filter: it answers "maybe" for those keys and entry
+// keys, which these filters lack. Nothing is written with it.
+type ledgerFilterV1 struct{ bloom pebble.FilterPolicy }
+
+// filteredV1 is filtered as it was: packed index keys left out too.
+func filteredV1(key []byte) bool {
 	if len(key) == 0 {
 		return true
 	}
@@ -58,20 +85,23 @@ func filtered(key []byte) bool {
 	return true
 }
 
-func (ledgerFilter) Name() string { return "auditd.ledger.bloom10" }
+func (ledgerFilterV1) Name() string { return "auditd.ledger.bloom10" }
 
-func (f ledgerFilter) MayContain(ft pebble.FilterType, filter, key []byte) bool {
-	return !filtered(key) || f.bloom.MayContain(ft, filter, key)
+func (f ledgerFilterV1) MayContain(ft pebble.FilterType, filter, key []byte) bool {
+	return !filteredV1(key) || f.bloom.MayContain(ft, filter, key)
 }
 
-func (f ledgerFilter) NewWriter(ft pebble.FilterType) pebble.FilterWriter {
-	return filterWriter{f.bloom.NewWriter(ft)}
+func (f ledgerFilterV1) NewWriter(ft pebble.FilterType) pebble.FilterWriter {
+	return filterWriter{f.bloom.NewWriter(ft), filteredV1}
 }
 
-type filterWriter struct{ w pebble.FilterWriter }
+type filterWriter struct {
+	w    pebble.FilterWriter
+	keep func([]byte) bool
+}
 
 func (w filterWriter) AddKey(key []byte) {
-	if filtered(key) {
+	if w.keep(key) {
 		w.w.AddKey(key)
 	}
 }

@@ -83,6 +83,9 @@ type options struct {
 	checkpointDir      string
 	readOnlyOnRollback bool
 	now                func() time.Time
+	// tune changes the Pebble options before Open (tests: a store as an
+	// earlier version wrote it).
+	tune func(*pebble.Options)
 }
 
 // Option configures a Store.
@@ -165,6 +168,9 @@ func Open(dir string, signer note.Signer, v note.Verifier, opts ...Option) (*Sto
 	po := pebbleOptions()
 	po.Cache, po.MemTableSize, po.Logger = cache, memtable, pebbleLogger{o.logger}
 	po.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionBalanced })
+	if o.tune != nil {
+		o.tune(po)
+	}
 	po.EnsureDefaults()
 	db, err := pebble.Open(dir, po)
 	if err != nil {

@@ -166,7 +166,7 @@ func (t *tailIndex) chunk(kind byte, c uint64) []indexEntry {
 	t.mu.RLock()
 	out := t.table(kind).run(c<<indexChunkBits, (c+1)<<indexChunkBits)
 	t.mu.RUnlock()
-	sortIndexEntries(out)
+	out, _ = sortChunkEntries(out, nil, make([]uint32, 1<<16))
 	return out
 }
 

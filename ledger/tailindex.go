@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"cmp"
 	"math/bits"
 	"slices"
 	"sync"
@@ -106,19 +107,10 @@ func (t *tailTable) dropBelow(boundary uint64) {
 
 // run returns the entries with indexes in [lo, hi), in index order.
 func (t *tailTable) run(lo, hi uint64) []indexEntry {
-	a, _ := slices.BinarySearchFunc(t.list, lo, func(e indexEntry, i uint64) int { return cmpU64(e.index, i) })
-	b, _ := slices.BinarySearchFunc(t.list, hi, func(e indexEntry, i uint64) int { return cmpU64(e.index, i) })
+	byIndex := func(e indexEntry, i uint64) int { return cmp.Compare(e.index, i) }
+	a, _ := slices.BinarySearchFunc(t.list, lo, byIndex)
+	b, _ := slices.BinarySearchFunc(t.list, hi, byIndex)
 	return slices.Clone(t.list[a:b])
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func (t *tailIndex) reset(start uint64) {

@@ -24,52 +24,63 @@ const (
 	upperDigits = "0123456789ABCDEF"
 )
 
-// hexCase classifies c: 0 not a hex digit, 1 a decimal digit, 2 a-f, 3 A-F.
-func hexCase(c byte) int {
-	switch {
-	case c >= '0' && c <= '9':
-		return 1
-	case c >= 'a' && c <= 'f':
-		return 2
-	case c >= 'A' && c <= 'F':
-		return 3
+// hexTab classifies each byte: a hex digit has its value in the low four
+// bits and hexDigit set, a letter also hexLower or hexUpper; any other byte
+// is 0. Packing reads it instead of branching on each character (a random
+// mix of digits and letters mispredicts half the branches).
+var hexTab = func() (t [256]byte) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = byte(c-'0') | hexDigit
 	}
-	return 0
-}
+	for c := 'a'; c <= 'f'; c++ {
+		t[c] = byte(c-'a'+10) | hexDigit | hexLower
+		t[c-'a'+'A'] = byte(c-'a'+10) | hexDigit | hexUpper
+	}
+	return t
+}()
 
-func isUUIDDash(i int) bool { return i == 8 || i == 13 || i == 18 || i == 23 }
+const (
+	hexDigit = 0x10
+	hexLower = 0x20
+	hexUpper = 0x40
+)
+
+// uuidGroups are the hex groups of a canonical UUID, between its dashes.
+var uuidGroups = [5][2]int{{0, 8}, {9, 13}, {14, 18}, {19, 23}, {24, 36}}
+
+// hexClasses folds the classes of s's bytes: all, what every byte has;
+// some, what any byte has.
+func hexClasses(s string, all, some byte) (byte, byte) {
+	for i := 0; i < len(s); i++ {
+		c := hexTab[s[i]]
+		all &= c
+		some |= c
+	}
+	return all, some
+}
 
 // packForm returns how id packs: its form and its length in bytes.
 func packForm(id string) (form, n int, ok bool) {
-	uuid := len(id) == 36
-	for i := 8; uuid && i <= 23; i += 5 {
-		uuid = id[i] == '-'
-	}
-	if !uuid && (len(id) == 0 || len(id)%2 != 0) {
+	uuid := len(id) == 36 && id[8] == '-' && id[13] == '-' && id[18] == '-' && id[23] == '-'
+	all, some := byte(hexDigit), byte(0)
+	switch {
+	case uuid:
+		for _, g := range uuidGroups {
+			all, some = hexClasses(id[g[0]:g[1]], all, some)
+		}
+	case len(id) == 0 || len(id)%2 != 0:
 		return 0, 0, false
-	}
-	lower, upper := false, false
-	for i := 0; i < len(id); i++ {
-		if uuid && isUUIDDash(i) {
-			continue
-		}
-		switch hexCase(id[i]) {
-		case 0:
-			return 0, 0, false
-		case 2:
-			lower = true
-		case 3:
-			upper = true
-		}
+	default:
+		all, some = hexClasses(id, all, some)
 	}
 	switch {
-	case lower && upper:
+	case all&hexDigit == 0 || some&(hexLower|hexUpper) == hexLower|hexUpper:
 		return 0, 0, false
-	case uuid && upper:
+	case uuid && some&hexUpper != 0:
 		return idUpperUUID, 16, true
 	case uuid:
 		return idLowerUUID, 16, true
-	case upper:
+	case some&hexUpper != 0:
 		return idUpperHex, len(id) / 2, true
 	}
 	return idLowerHex, len(id) / 2, true
@@ -78,27 +89,20 @@ func packForm(id string) (form, n int, ok bool) {
 // appendPackedID appends the packed form of id, which packForm accepted.
 func appendPackedID(b []byte, id string, form, n int) []byte {
 	b = binary.AppendUvarint(b, uint64(n)<<2|uint64(form))
-	var hi byte
-	odd := false
-	for i := 0; i < len(id); i++ {
-		if id[i] == '-' {
-			continue
-		}
-		var v byte
-		switch c := id[i]; {
-		case c <= '9':
-			v = c - '0'
-		case c >= 'a':
-			v = c - 'a' + 10
-		default:
-			v = c - 'A' + 10
-		}
-		if odd {
-			b = append(b, hi<<4|v)
-		} else {
-			hi = v
-		}
-		odd = !odd
+	if form < idLowerUUID {
+		return appendHexBytes(b, id)
+	}
+	for _, g := range uuidGroups {
+		b = appendHexBytes(b, id[g[0]:g[1]])
+	}
+	return b
+}
+
+// appendHexBytes appends the bytes that the even number of hex digits s
+// spell.
+func appendHexBytes(b []byte, s string) []byte {
+	for i := 0; i+1 < len(s); i += 2 {
+		b = append(b, hexTab[s[i]]<<4|hexTab[s[i+1]]&15)
 	}
 	return b
 }

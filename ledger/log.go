@@ -125,6 +125,7 @@ type item struct {
 	hash   merkle.Hash
 	stored []byte
 	index  uint64
+	maybe  bool // the id filter may hold idh (process asks it first)
 }
 
 type appendReq struct {

@@ -93,3 +93,23 @@ func FuzzAppendOutJSON(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkWriteAppended1000 measures the answer to a 1,000-event POST:
+// 36-character ids, no proofs.
+func BenchmarkWriteAppended1000(b *testing.B) {
+	out := appendOut{Size: 1 << 20, Entries: make([]appendedOut, 1000)}
+	for i := range out.Entries {
+		out.Entries[i] = appendedOut{Index: uint64(1<<20 - 1000 + i), ID: strings.Repeat("0f8e2c1a-", 4)[:36], LeafHash: merkle.Hash{byte(i)}}
+	}
+	w := discardWriter{h: http.Header{}}
+	b.ReportAllocs()
+	for b.Loop() {
+		writeAppended(w, &out)
+	}
+}
+
+type discardWriter struct{ h http.Header }
+
+func (w discardWriter) Header() http.Header         { return w.h }
+func (w discardWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (w discardWriter) WriteHeader(int)             {}

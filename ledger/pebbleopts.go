@@ -130,23 +130,26 @@ func (w filterWriter) Finish(dst []byte) []byte { return w.w.Finish(dst) }
 // ingested into L6 (TestTablesSplitByKind).
 func tableSpan(start []byte) (pebble.SpanPolicy, []byte, error) {
 	var none pebble.SpanPolicy
-	if len(start) == 0 {
-		return none, []byte{kindEntry}, nil
+	k := byte(0)
+	if len(start) > 0 {
+		k = start[0]
 	}
-	switch k := start[0]; {
-	case k < kindEntry:
-		return none, []byte{kindEntry}, nil
-	case k == kindEntry || k == kindHashIndex || k == kindIDIndex:
-		var id [4]byte // the log id, padded with zeros if the key is short
-		copy(id[:], start[1:])
-		if log := binary.BigEndian.Uint32(id[:]); log < math.MaxUint32 {
-			return none, logKey(k, log+1, 0), nil
+	for _, split := range splitKinds {
+		switch {
+		case k < split:
+			return none, []byte{split}, nil
+		case k == split:
+			var id [4]byte // the log id, padded with zeros if the key is short
+			copy(id[:], start[1:])
+			if log := binary.BigEndian.Uint32(id[:]); log < math.MaxUint32 {
+				return none, logKey(k, log+1, 0), nil
+			}
+			return none, []byte{k + 1}, nil
 		}
-		return none, []byte{k + 1}, nil
-	case k < kindHashIndex:
-		return none, []byte{kindHashIndex}, nil
-	case k < kindIDIndex:
-		return none, []byte{kindIDIndex}, nil
 	}
 	return none, nil, nil
 }
+
+// splitKinds are the kinds tableSpan gives tables of their own, one log
+// each, in key order.
+var splitKinds = [...]byte{kindEntry, kindHashIndex, kindIDIndex}

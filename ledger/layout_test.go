@@ -226,22 +226,36 @@ func TestLayout1Store(t *testing.T) {
 	if rec, stored, err := r.IndexChunks(); rec != 2 || stored != 2 || err != nil {
 		t.Fatalf("IndexChunks = %d, %d, %v; want 2, 2", rec, stored, err)
 	}
-	mixed := map[bool]int{}
+	// The scanned leaves hash to the log's root (one check of every leaf
+	// against the tree: a tile read per entry is slow under -race).
+	leaves := merkle.NewRange()
 	err = r.Scan(context.Background(), 0, uint64(m), func(es []ScannedEntry) error {
 		for _, e := range es {
-			tree, err := l.treeLeaf(e.Index)
-			if err != nil || e.Err != nil || e.LeafHash != tree {
-				return fmt.Errorf("entry %d: %v %v", e.Index, err, e.Err)
+			if e.Err != nil || e.Index != leaves.End() {
+				return fmt.Errorf("entry %d (want %d): %v", e.Index, leaves.End(), e.Err)
 			}
-			v, closer, err := s.db.Get(entryKey(l.id, e.Index))
-			if err != nil {
+			if err := leaves.Append(e.LeafHash, nil); err != nil {
 				return err
 			}
-			mixed[v[0]&sPackedID != 0]++
-			closer.Close()
 		}
 		return nil
 	})
+	if err != nil {
+		t.Fatalf("scan: %v", err)
+	}
+	root, err := leaves.Root()
+	if want, werr := l.RootAt(uint64(m)); err != nil || werr != nil || root != want {
+		t.Fatalf("root of the %d scanned leaves %v (%v), log root %v (%v)", leaves.End(), root, err, want, werr)
+	}
+	mixed := map[bool]int{}
+	ents, err := s.db.NewIter(&pebble.IterOptions{LowerBound: entryKey(l.id, 0), UpperBound: entryKey(l.id+1, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ents.First(); ents.Valid(); ents.Next() {
+		mixed[ents.Value()[0]&sPackedID != 0]++
+	}
+	err = ents.Close()
 	if err != nil || mixed[false] != n || mixed[true] != m-n {
 		t.Fatalf("scan: %v; %d layout 1 and %d packed entries, want %d and %d", err, mixed[false], mixed[true], n, m-n)
 	}
@@ -307,22 +321,31 @@ func toLayout1(t *testing.T, dir, name string, id uint32, size uint64) {
 		h    uint64
 	}
 	index := map[key][]byte{}
-	for i := uint64(0); i < size; i++ {
-		v, closer, err := db.Get(entryKey(id, i))
-		if err != nil {
-			t.Fatal(err)
+	// One iterator over the entries: a Get per entry is slow under -race.
+	ents, err := db.NewIter(&pebble.IterOptions{LowerBound: entryKey(id, 0), UpperBound: entryKey(id, size)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := uint64(0)
+	for ents.First(); ents.Valid(); ents.Next() {
+		if !bytes.Equal(ents.Key(), entryKey(id, i)) {
+			t.Fatalf("entry key %x, want entry %d", ents.Key(), i)
 		}
+		v := ents.Value()
 		rec, err := decodeStored(name, i, v)
 		if err != nil {
 			t.Fatal(err)
 		}
 		_ = b.Set(entryKey(id, i), layout1Stored(t, v), nil)
-		closer.Close()
 		if c := i >> indexChunkBits; c < chunks {
 			for _, k := range []key{{kindIDIndex, uint32(c), idHash(rec.Leaf.ID)}, {kindHashIndex, uint32(c), leafHashKey(rec.LeafHash)}} {
 				index[k] = binary.AppendUvarint(index[k], i)
 			}
 		}
+		i++
+	}
+	if err := ents.Close(); err != nil || i != size {
+		t.Fatalf("read %d entries of %d: %v", i, size, err)
 	}
 	for _, kind := range []byte{kindIDIndex, kindHashIndex} {
 		_ = b.DeleteRange(logKey(kind, id, 0), logKey(kind, id+1, 0), nil)

@@ -54,8 +54,10 @@ type Log struct {
 	// source is the committed source position (see AppendSource).
 	source atomic.Pointer[[]byte]
 
-	w    writer     // owned by the run goroutine
-	held *appendReq // a request collect took but left for the next group
+	w       writer       // owned by the run goroutine
+	pl      pipeline     // owned by the run goroutine
+	flights chan *flight // the writer's group commits to the publisher, in order
+	held    *appendReq   // a request collect took but left for the next group
 }
 
 type treeState struct {
@@ -70,7 +72,7 @@ type SignedCheckpoint struct {
 }
 
 func newLog(s *Store, name string, id uint32) *Log {
-	l := &Log{s: s, name: name, id: id, reqs: make(chan *appendReq, 256), cpNext: make(chan struct{}), grew: make(chan struct{}, 1), stopped: make(chan struct{})}
+	l := &Log{s: s, name: name, id: id, reqs: make(chan *appendReq, 256), cpNext: make(chan struct{}), grew: make(chan struct{}, 1), stopped: make(chan struct{}), flights: make(chan *flight, maxInFlight)}
 	l.committed.Store(&treeState{root: merkle.EmptyRoot()})
 	l.tail.reset(0)
 	return l

@@ -12,10 +12,21 @@ import (
 )
 
 // The group commit: one writer goroutine per log takes the queued append
-// requests, resolves duplicates, commits them in one synced Pebble batch with
-// the tiles they complete, and acknowledges them. Checkpoints are signed by
-// the log's signer goroutine (see sign.go), so that storing a checkpoint and
-// writing its file never hold up a commit.
+// requests, resolves duplicates and applies them to Pebble in one batch with
+// the tiles they complete. The batch's WAL sync is waited for by the log's
+// publisher goroutine, which then publishes the new tree and acknowledges
+// the requests, in the order the writer applied them; meanwhile the writer
+// goes on with the next group (up to maxInFlight groups between apply and
+// acknowledgement), so that the CPU work of one group overlaps the fsync of
+// the one before. Checkpoints are signed by the log's signer goroutine (see
+// sign.go), so that storing a checkpoint and writing its file never hold up
+// a commit.
+
+// maxInFlight bounds the groups applied to Pebble and not yet acknowledged.
+// Two would be enough to overlap one fsync with the next group's work; a
+// few more let the writer run on while the publisher ingests an index
+// chunk.
+const maxInFlight = 4
 
 // writer is the state of a log's single writer goroutine.
 type writer struct {
@@ -26,6 +37,33 @@ type writer struct {
 	batch    *pebble.Batch
 	visitErr error
 	ids      idFilter
+}
+
+// flight is a group commit between the writer and the publisher: applied
+// to Pebble (when it writes anything) and waiting for its WAL sync.
+type flight struct {
+	group   []*appendReq
+	batch   *pebble.Batch // nil when the group writes nothing (duplicates, refusals)
+	fresh   []*item
+	pending *byID[*item] // fresh by id, for the duplicate checks of later groups
+	source  []byte
+	size    uint64 // the tree once the flight is durable
+	root    merkle.Hash
+	first   bool   // the flight writes the log's name: it makes the log persisted
+	epoch   uint64 // the writer's state the flight was staged on
+	start   time.Time
+	done    chan struct{} // closed by the publisher, err set before
+	err     error
+}
+
+// pipeline is the writer goroutine's side of the flights (reload leaves it
+// alone).
+type pipeline struct {
+	flying []*flight // oldest first: staged, not yet landed by the writer
+	// epoch counts the writer's reloads: a flight staged on a state that a
+	// failed flight before it left behind fails too.
+	epoch      uint64
+	nameStaged bool // a flight not yet landed writes the log's name
 }
 
 // awaiting is an acknowledged request not yet covered by a checkpoint: its
@@ -46,6 +84,11 @@ func (l *Log) run() {
 		defer close(signerDone)
 		l.signLoop()
 	}()
+	publisherDone := make(chan struct{})
+	go func() {
+		defer close(publisherDone)
+		l.publishLoop()
+	}()
 	for {
 		select {
 		case req := <-l.reqs:
@@ -56,7 +99,10 @@ func (l *Log) run() {
 				l.process(l.collect(h))
 			}
 		case <-l.s.quit:
+			l.land(0) // what was applied is acknowledged (or refused) first
 			l.drain()
+			close(l.flights)
+			<-publisherDone
 			<-signerDone
 			l.signIfNeeded() // the last checkpoint covers everything acknowledged
 			return
@@ -130,8 +176,10 @@ func (l *Log) drain() {
 	}
 }
 
-// process runs one group commit.
+// process runs one group commit: it stages the group and hands it to the
+// publisher.
 func (l *Log) process(group []*appendReq) {
+	l.land(maxInFlight - 1)
 	if err := l.refusal(); err != nil {
 		for _, r := range group {
 			r.err = err
@@ -139,13 +187,13 @@ func (l *Log) process(group []*appendReq) {
 		}
 		return
 	}
-	m := l.s.metrics
 	if group[0].persist != nil {
 		// collect never groups a persist request with others.
+		l.land(0)
 		r := group[0]
 		if !l.persisted.Load() {
 			if r.err = r.persist.Commit(pebble.Sync); r.err == nil {
-				l.markPersisted()
+				l.markPersisted(l.w.size)
 				// An empty log has a checkpoint too (size 0, the empty
 				// root), as tlog clients expect; signed before CreateLog
 				// returns, so the log is never seen without one.
@@ -162,32 +210,26 @@ func (l *Log) process(group []*appendReq) {
 	// The id filter's answers come first, in a loop of their own: each test
 	// misses the cache (the filter of a log of millions is megabytes), and
 	// a loop of nothing else lets the misses overlap. Nothing adds to the
-	// filter before commit.
+	// filter before stage.
 	for _, r := range group {
 		for i := range r.items {
 			r.items[i].maybe = l.w.ids.mayContain(r.items[i].idh)
 		}
 	}
-	pending := newByID[*item](n)
-	var fresh []*item
-	var source []byte
+	f := &flight{group: group, pending: newByID[*item](n), epoch: l.pl.epoch, start: time.Now(), done: make(chan struct{})}
 	for _, r := range group {
-		r.err = l.resolve(r, pending, &fresh)
+		r.err = l.resolve(r, f.pending, &f.fresh)
 		if r.err == nil && r.source != nil {
-			source = r.source
+			f.source = r.source
 		}
 	}
-	if len(fresh) > 0 || source != nil {
-		start := time.Now()
-		if err := l.commit(fresh, source); err != nil {
-			l.s.log.Error("ledger commit failed; reloading log state", "log", l.name, "err", err)
-			l.signMu.Lock() // reload re-admits the tree against the checkpoint file
-			rerr := l.reload()
-			l.signMu.Unlock()
-			if rerr != nil {
-				err = fmt.Errorf("%w: %s: %v (reload: %v)", ErrFailed, l.name, err, rerr)
-				l.failed.Store(&err)
-				l.s.log.Error("log stopped", "log", l.name, "err", err)
+	f.size, f.root = l.w.size, l.w.root
+	if len(f.fresh) > 0 || f.source != nil {
+		if err := l.stage(f); err != nil {
+			// The writer's state may be half updated: the flights before
+			// land, then it is reloaded from storage.
+			if !l.land(0) {
+				l.restore(err)
 			}
 			for _, r := range group {
 				if r.err == nil {
@@ -198,23 +240,127 @@ func (l *Log) process(group []*appendReq) {
 			}
 			return
 		}
-		m.commitLat.Observe(time.Since(start).Seconds())
-		m.batch.Observe(float64(len(fresh)))
-		m.appended.WithLabelValues(l.name).Add(float64(len(fresh)))
-		m.size.WithLabelValues(l.name).Set(float64(l.w.size))
+	}
+	l.pl.flying = append(l.pl.flying, f)
+	l.flights <- f
+}
+
+// land drops the flights the publisher is done with, oldest first, waiting
+// until at most keep are left. After a failed one it waits for them all and
+// reloads the writer's state from storage; it reports whether it did.
+func (l *Log) land(keep int) bool {
+	var err error
+	for len(l.pl.flying) > 0 {
+		f := l.pl.flying[0]
+		if err == nil && len(l.pl.flying) <= keep {
+			select {
+			case <-f.done:
+			default:
+				return false
+			}
+		}
+		<-f.done
+		if err == nil {
+			err = f.err
+		}
+		l.pl.flying[0] = nil
+		l.pl.flying = l.pl.flying[1:]
+	}
+	if err != nil {
+		l.restore(err)
+		return true
+	}
+	return false
+}
+
+// restore reloads the writer's state from storage after a failed commit,
+// with no flight left; a log whose state does not load is stopped.
+func (l *Log) restore(err error) {
+	l.s.log.Error("ledger commit failed; reloading log state", "log", l.name, "err", err)
+	l.pl.epoch++
+	l.signMu.Lock() // reload re-admits the tree against the checkpoint file
+	rerr := l.reload()
+	l.signMu.Unlock()
+	l.pl.nameStaged = l.persisted.Load()
+	if rerr != nil {
+		err = fmt.Errorf("%w: %s: %v (reload: %v)", ErrFailed, l.name, err, rerr)
+		l.failed.Store(&err)
+		l.s.log.Error("log stopped", "log", l.name, "err", err)
+	}
+}
+
+// publishLoop is the publisher: it waits for each flight's WAL sync, in the
+// order the writer staged them, then publishes the tree and acknowledges
+// the flight's requests.
+func (l *Log) publishLoop() {
+	var failed uint64 // one more than the epoch of a failed flight
+	for f := range l.flights {
+		var err error
+		if f.batch != nil {
+			err = f.batch.SyncWait()
+			if err == nil {
+				f.batch.Close()
+			}
+		}
+		if err == nil && failed == f.epoch+1 {
+			err = errors.New("an earlier group commit failed")
+		}
+		if err != nil {
+			failed = f.epoch + 1
+			for _, r := range f.group {
+				if r.err == nil {
+					r.err = fmt.Errorf("ledger: append to %s: %w", l.name, err)
+				}
+				r.res = nil
+				close(r.done)
+			}
+			f.err = err
+			close(f.done)
+			continue
+		}
+		l.publish(f)
+		close(f.done)
+	}
+}
+
+// publish makes a durable flight's entries visible and acknowledges its
+// requests.
+func (l *Log) publish(f *flight) {
+	m := l.s.metrics
+	if f.batch != nil {
+		if f.first {
+			l.markPersisted(f.size)
+		}
+		if f.source != nil {
+			src := append([]byte(nil), f.source...)
+			l.source.Store(&src)
+		}
+		l.tail.add(f.fresh)
+		l.committed.Store(&treeState{size: f.size, root: f.root})
+		if f.size>>indexChunkBits > l.chunks.Load() {
+			if err := l.ingestChunks(f.size); err != nil {
+				// The entries are durable and still indexed in memory; the
+				// next commit tries again.
+				l.s.log.Error("index chunk not ingested", "log", l.name, "err", err)
+			}
+		}
+		m.commitLat.Observe(time.Since(f.start).Seconds())
+		m.batch.Observe(float64(len(f.fresh)))
+		m.appended.WithLabelValues(l.name).Add(float64(len(f.fresh)))
+		m.size.WithLabelValues(l.name).Set(float64(f.size))
 		l.nudgeSigner()
 	}
 	now := time.Now()
 	l.awMu.Lock()
-	for _, r := range group {
+	for _, r := range f.group {
 		if r.err == nil {
-			r.res.Size = l.w.size
-			l.awaiting = append(l.awaiting, awaiting{size: l.w.size, enq: r.enq})
+			r.res.Size = f.size
+			l.awaiting = append(l.awaiting, awaiting{size: f.size, enq: r.enq})
 			m.appendLat.Observe(now.Sub(r.enq).Seconds())
 		}
 	}
 	l.awMu.Unlock()
-	for _, r := range group {
+	for _, r := range f.group {
 		close(r.done)
 	}
 }
@@ -243,6 +389,14 @@ func (l *Log) resolve(r *appendReq, pending *byID[*item], fresh *[]*item) error 
 			prior = &r.items[j]
 		} else {
 			prior, ok = pending.get(it.idh, it.leaf.ID)
+		}
+		if !ok && it.maybe {
+			// Staged by a flight not yet landed: not in the index yet.
+			for _, f := range l.pl.flying {
+				if prior, ok = f.pending.get(it.idh, it.leaf.ID); ok {
+					break
+				}
+			}
 		}
 		if !ok && it.maybe {
 			rec, err := l.findID(it.idh, it.leaf.ID, ^uint64(0))
@@ -285,20 +439,22 @@ func (l *Log) resolve(r *appendReq, pending *byID[*item], fresh *[]*item) error 
 	return nil
 }
 
-// commit writes fresh entries, their index keys, the tiles they touch and
-// the log's new size and root in one synced batch.
-func (l *Log) commit(fresh []*item, source []byte) error {
+// stage applies f's fresh entries, their index keys, the tiles they touch
+// and the log's new size and root to Pebble in one batch, whose WAL sync the
+// publisher waits for, and advances the writer's state to them.
+func (l *Log) stage(f *flight) error {
 	w := &l.w
+	fresh, source := f.fresh, f.source
 	capacity := 64 + len(source)
 	if len(fresh) > 0 {
 		capacity += len(fresh) * (len(fresh[0].stored) + 96)
 	}
 	b := l.s.db.NewBatchWithSize(capacity)
-	defer b.Close()
 	if source != nil {
 		_ = b.Set(sourceKey(l.id), source, nil)
 	}
 	w.batch, w.visitErr = b, nil
+	defer func() { w.batch = nil }()
 	for _, it := range fresh {
 		if err := w.rng.Append(it.hash, l.visit); err != nil {
 			return err
@@ -323,36 +479,26 @@ func (l *Log) commit(fresh []*item, source []byte) error {
 		return err
 	}
 	_ = b.Set(metaKey(l.id), encodeMeta(logMeta{name: l.name, size: size, root: r}), nil)
-	first := !l.persisted.Load()
-	if first {
+	f.first = !l.persisted.Load() && !l.pl.nameStaged
+	if f.first {
 		_ = b.Set(nameKey(l.name), binary.BigEndian.AppendUint32(nil, l.id), nil)
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
+	if err := l.s.db.ApplyNoSyncWait(b, pebble.Sync); err != nil {
+		// Not closed: Pebble may still hold it (SyncWait comes first).
 		return err
 	}
-	if first {
-		l.markPersisted()
+	if f.first {
+		l.pl.nameStaged = true
 	}
-	if source != nil {
-		src := append([]byte(nil), source...)
-		l.source.Store(&src)
-	}
+	f.batch = b
+	f.size, f.root = size, r
 	w.size, w.root = size, r
-	l.tail.add(fresh)
-	l.committed.Store(&treeState{size: size, root: r})
-	if size>>indexChunkBits > l.chunks.Load() {
-		if err := l.ingestChunks(size); err != nil {
-			// The entries are durable and still indexed in memory; the
-			// next commit tries again.
-			l.s.log.Error("index chunk not ingested", "log", l.name, "err", err)
-		}
-	}
 	return nil
 }
 
-func (l *Log) markPersisted() {
+func (l *Log) markPersisted(size uint64) {
 	l.persisted.Store(true)
-	l.s.metrics.size.WithLabelValues(l.name).Set(float64(l.w.size))
+	l.s.metrics.size.WithLabelValues(l.name).Set(float64(size))
 	l.s.log.Info("log created", "log", l.name)
 }
 

@@ -130,6 +130,7 @@ type Store struct {
 	dir      string
 	po       *pebble.Options
 	cpFiles  checkpointFiles
+	storage  *storageCollector
 
 	mu     sync.Mutex
 	logs   map[string]*Log
@@ -168,6 +169,8 @@ func Open(dir string, signer note.Signer, v note.Verifier, opts ...Option) (*Sto
 	po := pebbleOptions()
 	po.Cache, po.MemTableSize, po.Logger = cache, memtable, pebbleLogger{o.logger}
 	po.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionBalanced })
+	stalls := &stallClock{}
+	po.EventListener = stalls.listener()
 	if o.tune != nil {
 		o.tune(po)
 	}
@@ -180,7 +183,7 @@ func Open(dir string, signer note.Signer, v note.Verifier, opts ...Option) (*Sto
 		db.Close()
 		return nil, fmt.Errorf("ledger: open %s: %w", dir, err)
 	}
-	s := &Store{db: db, dir: dir, po: po, signer: signer, verifier: v, opts: o, log: o.logger, metrics: newMetrics(), quit: make(chan struct{}), tiles: newTileCache(), logs: map[string]*Log{}, nextID: 1}
+	s := &Store{db: db, dir: dir, po: po, storage: newStorageCollector(db, stalls), signer: signer, verifier: v, opts: o, log: o.logger, metrics: newMetrics(), quit: make(chan struct{}), tiles: newTileCache(), logs: map[string]*Log{}, nextID: 1}
 	s.cpFiles = checkpointFiles{dir: o.checkpointDir}
 	if s.cpFiles.dir == "" {
 		s.cpFiles.dir = filepath.Join(dir, "checkpoints")
@@ -217,7 +220,9 @@ func markLayout(db *pebble.DB) error {
 }
 
 // Collectors returns the ledger's Prometheus collectors.
-func (s *Store) Collectors() []prometheus.Collector { return s.metrics.collectors() }
+func (s *Store) Collectors() []prometheus.Collector {
+	return append(s.metrics.collectors(), s.storage)
+}
 
 // Origin returns the checkpoint origin of the named log.
 func (s *Store) Origin(log string) string { return s.signer.Name() + "/" + log }
@@ -358,6 +363,7 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 	close(s.quit)
 	s.wg.Wait()
+	s.storage.close()
 	return s.db.Close()
 }
 

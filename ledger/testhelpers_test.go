@@ -232,7 +232,7 @@ func metricValue(t testing.TB, s *Store, name string, labels ...string) float64 
 	if !found {
 		// A vector with no series yet gathers no family at all.
 		for _, c := range s.Collectors() {
-			ch := make(chan *prometheus.Desc, 4)
+			ch := make(chan *prometheus.Desc, 64)
 			c.Describe(ch)
 			close(ch)
 			for d := range ch {

@@ -99,7 +99,8 @@ func (l *Log) load() error {
 	return nil
 }
 
-// reload restores the writer state from storage after a failed commit.
+// reload restores the writer state from storage after a group commit
+// Pebble refused before applying it (see restore).
 // The caller holds signMu.
 func (l *Log) reload() error {
 	if !l.persisted.Load() {

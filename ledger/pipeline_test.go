@@ -124,7 +124,9 @@ func TestPipelineWALFailureLosesNothingAcked(t *testing.T) {
 		}
 		fault = fault || line == "FAULT"
 	}
-	if !fault || !strings.Contains(string(out), "injected error") {
+	// After the fault the child either panics in Pebble (usual: the next
+	// commit finds the WAL writer broken) or has its appends refused.
+	if !fault || !strings.Contains(string(out), "panic: ") && !strings.Contains(string(out), "REFUSED") {
 		tail := string(out)[max(0, len(out)-4000):]
 		t.Fatalf("child (%v) did not hit the injected fault; the end of its output:\n%s", err, tail)
 	}

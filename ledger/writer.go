@@ -226,8 +226,9 @@ func (l *Log) process(group []*appendReq) {
 	f.size, f.root = l.w.size, l.w.root
 	if len(f.fresh) > 0 || f.source != nil {
 		if err := l.stage(f); err != nil {
-			// The writer's state may be half updated: the flights before
-			// land, then it is reloaded from storage.
+			// Pebble refused the batch before applying it, but the
+			// writer's state may be half updated: the flights before land,
+			// then it is reloaded from storage.
 			if !l.land(0) {
 				l.restore(err)
 			}
@@ -247,7 +248,7 @@ func (l *Log) process(group []*appendReq) {
 
 // land drops the flights the publisher is done with, oldest first, waiting
 // until at most keep are left. After a failed one it waits for them all and
-// reloads the writer's state from storage; it reports whether it did.
+// stops the log (see halt); it reports whether it did.
 func (l *Log) land(keep int) bool {
 	var err error
 	for len(l.pl.flying) > 0 {
@@ -267,14 +268,28 @@ func (l *Log) land(keep int) bool {
 		l.pl.flying = l.pl.flying[1:]
 	}
 	if err != nil {
-		l.restore(err)
+		l.halt(err)
 		return true
 	}
 	return false
 }
 
-// restore reloads the writer's state from storage after a failed commit,
-// with no flight left; a log whose state does not load is stopped.
+// halt stops the log after a WAL sync failed. The failed batches are in
+// Pebble's memtable, visible to reads of the store, but not durable: a
+// reload would take the tree they make for the log's and sign it, and a
+// restart would then find a signed checkpoint beyond what the disk holds.
+// So nothing more is appended or signed; the log serves what is durable
+// until the daemon restarts and opens the store from its WAL. Pebble's WAL
+// writer keeps its first error, so no later commit would succeed anyway.
+func (l *Log) halt(err error) {
+	err = fmt.Errorf("%w: %s: WAL sync failed, the log takes no more appends until a restart: %v", ErrFailed, l.name, err)
+	l.failed.Store(&err)
+	l.s.log.Error("log stopped", "log", l.name, "err", err)
+}
+
+// restore reloads the writer's state from storage after a group failed
+// before Pebble applied it, with no flight left; a log whose state does not
+// load is stopped.
 func (l *Log) restore(err error) {
 	l.s.log.Error("ledger commit failed; reloading log state", "log", l.name, "err", err)
 	l.pl.epoch++

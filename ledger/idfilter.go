@@ -103,6 +103,15 @@ func (f *idFilter) add(h uint64) {
 	f.count++
 }
 
+// testAndAdd reports whether the filter may hold h, then adds it: for a
+// new key the test has just brought the newest layer's block into the
+// cache, where the add finds it.
+func (f *idFilter) testAndAdd(h uint64) bool {
+	maybe := f.mayContain(h)
+	f.add(h)
+	return maybe
+}
+
 func (f *idFilter) mayContain(h uint64) bool {
 	if f.unknown != nil && f.unknown[h>>56] {
 		return true

@@ -209,11 +209,14 @@ func (l *Log) process(group []*appendReq) {
 	}
 	// The id filter's answers come first, in a loop of their own: each test
 	// misses the cache (the filter of a log of millions is megabytes), and
-	// a loop of nothing else lets the misses overlap. Nothing adds to the
-	// filter before stage.
+	// a loop of nothing else lets the misses overlap. Each id is added as it
+	// is tested, while its block is in the cache: an id of a request refused
+	// below, or of a group that fails, stays in the filter as a false
+	// "maybe", which the lookup behind it answers. An id repeated within the
+	// group is "maybe" the second time, and found in the group's maps.
 	for _, r := range group {
 		for i := range r.items {
-			r.items[i].maybe = l.w.ids.mayContain(r.items[i].idh)
+			r.items[i].maybe = l.w.ids.testAndAdd(r.items[i].idh)
 		}
 	}
 	f := &flight{group: group, pending: newByID[*item](n), epoch: l.pl.epoch, start: time.Now(), done: make(chan struct{})}
@@ -475,9 +478,6 @@ func (l *Log) stage(f *flight) error {
 			return err
 		}
 		_ = b.Set(entryKey(l.id, it.index), it.stored, nil)
-	}
-	for _, it := range fresh { // in a loop of their own, as in process
-		w.ids.add(it.idh)
 	}
 	if w.visitErr != nil {
 		return w.visitErr

@@ -49,8 +49,7 @@ type flight struct {
 	source  []byte
 	size    uint64 // the tree once the flight is durable
 	root    merkle.Hash
-	first   bool   // the flight writes the log's name: it makes the log persisted
-	epoch   uint64 // the writer's state the flight was staged on
+	first   bool // the flight writes the log's name: it makes the log persisted
 	start   time.Time
 	done    chan struct{} // closed by the publisher, err set before
 	err     error
@@ -59,11 +58,8 @@ type flight struct {
 // pipeline is the writer goroutine's side of the flights (reload leaves it
 // alone).
 type pipeline struct {
-	flying []*flight // oldest first: staged, not yet landed by the writer
-	// epoch counts the writer's reloads: a flight staged on a state that a
-	// failed flight before it left behind fails too.
-	epoch      uint64
-	nameStaged bool // a flight not yet landed writes the log's name
+	flying     []*flight // oldest first: staged, not yet landed by the writer
+	nameStaged bool      // a flight not yet landed writes the log's name
 }
 
 // awaiting is an acknowledged request not yet covered by a checkpoint: its
@@ -219,7 +215,7 @@ func (l *Log) process(group []*appendReq) {
 			r.items[i].maybe = l.w.ids.testAndAdd(r.items[i].idh)
 		}
 	}
-	f := &flight{group: group, pending: newByID[*item](n), epoch: l.pl.epoch, start: time.Now(), done: make(chan struct{})}
+	f := &flight{group: group, pending: newByID[*item](n), start: time.Now(), done: make(chan struct{})}
 	for _, r := range group {
 		r.err = l.resolve(r, f.pending, &f.fresh)
 		if r.err == nil && r.source != nil {
@@ -295,7 +291,6 @@ func (l *Log) halt(err error) {
 // load is stopped.
 func (l *Log) restore(err error) {
 	l.s.log.Error("ledger commit failed; reloading log state", "log", l.name, "err", err)
-	l.pl.epoch++
 	l.signMu.Lock() // reload re-admits the tree against the checkpoint file
 	rerr := l.reload()
 	l.signMu.Unlock()
@@ -309,9 +304,12 @@ func (l *Log) restore(err error) {
 
 // publishLoop is the publisher: it waits for each flight's WAL sync, in the
 // order the writer staged them, then publishes the tree and acknowledges
-// the flight's requests.
+// the flight's requests. Once a flight fails, every later one fails too:
+// each was staged on the state the failed one left, and the writer halts
+// the log when it lands them (a restore, which follows no failed flight,
+// starts no new run of flights).
 func (l *Log) publishLoop() {
-	var failed uint64 // one more than the epoch of a failed flight
+	failed := false
 	for f := range l.flights {
 		var err error
 		if f.batch != nil {
@@ -320,11 +318,11 @@ func (l *Log) publishLoop() {
 				f.batch.Close()
 			}
 		}
-		if err == nil && failed == f.epoch+1 {
+		if err == nil && failed {
 			err = errors.New("an earlier group commit failed")
 		}
 		if err != nil {
-			failed = f.epoch + 1
+			failed = true
 			for _, r := range f.group {
 				if r.err == nil {
 					r.err = fmt.Errorf("ledger: append to %s: %w", l.name, err)
@@ -473,6 +471,12 @@ func (l *Log) stage(f *flight) error {
 	}
 	w.batch, w.visitErr = b, nil
 	defer func() { w.batch = nil }()
+	applied := false
+	defer func() {
+		if !applied {
+			b.Close() // refused before Pebble saw it
+		}
+	}()
 	for _, it := range fresh {
 		if err := w.rng.Append(it.hash, l.visit); err != nil {
 			return err
@@ -498,8 +502,8 @@ func (l *Log) stage(f *flight) error {
 	if f.first {
 		_ = b.Set(nameKey(l.name), binary.BigEndian.AppendUint32(nil, l.id), nil)
 	}
+	applied = true // from here Pebble may hold b: SyncWait comes before Close
 	if err := l.s.db.ApplyNoSyncWait(b, pebble.Sync); err != nil {
-		// Not closed: Pebble may still hold it (SyncWait comes first).
 		return err
 	}
 	if f.first {

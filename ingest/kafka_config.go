@@ -99,7 +99,10 @@ type KafkaSASL struct {
 	// Mechanism is PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
 	Mechanism string `yaml:"mechanism"`
 	Username  string `yaml:"username"`
-	// Password; ${VAR} is expanded from the environment.
+	// Password is sent as given. The daemon expands ${VAR} in its
+	// configuration file (and takes AUDITD_KAFKA_SASL_PASSWORD literally)
+	// before it gets here; expanding again would mangle a password that
+	// holds a $.
 	Password string `yaml:"password"`
 }
 
@@ -190,7 +193,7 @@ func (t *KafkaTLS) config() (*tls.Config, error) {
 }
 
 func (s *KafkaSASL) mechanism() sasl.Mechanism {
-	pass := os.ExpandEnv(s.Password)
+	pass := s.Password
 	switch s.Mechanism {
 	case "SCRAM-SHA-256":
 		return scram.Auth{User: s.Username, Pass: pass}.AsSha256Mechanism()

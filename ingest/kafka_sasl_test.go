@@ -17,18 +17,21 @@ import (
 // credentials (PLAIN and SCRAM-SHA-256) ledger the records; a wrong password
 // gives a not-ready state that says what to check (kfake, like many
 // brokers, just closes the connection), without stopping Run or creating
-// logs.
+// logs. The password holds $ signs, which must reach the broker as given:
+// the source once expanded it again after the configuration had, and
+// "s3$cret$$x" became "s3x".
 func TestKafkaSASL(t *testing.T) {
 	t.Parallel()
+	const saslPass = "s3$cret$$x"
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.EnableSASL(),
-		kfake.Superuser("PLAIN", "admin", "s3cret"), kfake.Superuser("SCRAM-SHA-256", "admin", "s3cret"),
+		kfake.Superuser("PLAIN", "admin", saslPass), kfake.Superuser("SCRAM-SHA-256", "admin", saslPass),
 		kfake.SeedTopics(1, "secure"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	prod, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("secure"),
-		kgo.SASL(plain.Auth{User: "admin", Pass: "s3cret"}.AsMechanism()))
+		kgo.SASL(plain.Auth{User: "admin", Pass: saslPass}.AsMechanism()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +46,7 @@ func TestKafkaSASL(t *testing.T) {
 		t.Run(mech, func(t *testing.T) {
 			store := newStore(t)
 			src := startSource(t, store, ingest.KafkaConfig{Brokers: c.ListenAddrs(), Topics: []string{"secure"}, Group: "g-" + mech,
-				SASL: &ingest.KafkaSASL{Mechanism: mech, Username: "admin", Password: "s3cret"}})
+				SASL: &ingest.KafkaSASL{Mechanism: mech, Username: "admin", Password: saslPass}})
 			waitNext(t, store, "secure.0", 5)
 			src.waitReady()
 			src.stop()

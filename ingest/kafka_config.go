@@ -193,14 +193,13 @@ func (t *KafkaTLS) config() (*tls.Config, error) {
 }
 
 func (s *KafkaSASL) mechanism() sasl.Mechanism {
-	pass := s.Password
 	switch s.Mechanism {
 	case "SCRAM-SHA-256":
-		return scram.Auth{User: s.Username, Pass: pass}.AsSha256Mechanism()
+		return scram.Auth{User: s.Username, Pass: s.Password}.AsSha256Mechanism()
 	case "SCRAM-SHA-512":
-		return scram.Auth{User: s.Username, Pass: pass}.AsSha512Mechanism()
+		return scram.Auth{User: s.Username, Pass: s.Password}.AsSha512Mechanism()
 	default:
-		return plain.Auth{User: s.Username, Pass: pass}.AsMechanism()
+		return plain.Auth{User: s.Username, Pass: s.Password}.AsMechanism()
 	}
 }
 

@@ -47,6 +47,15 @@ func TestNetwork(t *testing.T) {
 	exited := make(chan error, 1)
 	go func() { exited <- sleeper.Wait() }()
 	t.Cleanup(func() { _ = sleeper.Process.Kill() })
+	// Start returns once ip(8) is running, not once it has entered the
+	// namespace: wait until the namespace lists it, or New's cleanup can
+	// look before it is there.
+	for deadline := time.Now().Add(10 * time.Second); !inNamespace(stale.Name, sleeper.Process.Pid); {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d never entered %s", sleeper.Process.Pid, stale.Name)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 
 	n, err := New("auditd-nstest", "x", "y")
 	t.Cleanup(func() { _ = n.Close() })
@@ -126,4 +135,18 @@ func TestNetwork(t *testing.T) {
 			t.Errorf("%s not deleted by Close", name)
 		}
 	}
+}
+
+// inNamespace reports whether ip netns pids lists pid in namespace name.
+func inNamespace(name string, pid int) bool {
+	out, err := exec.Command("ip", "netns", "pids", name).Output()
+	if err != nil {
+		return false
+	}
+	for _, f := range strings.Fields(string(out)) {
+		if f == strconv.Itoa(pid) {
+			return true
+		}
+	}
+	return false
 }

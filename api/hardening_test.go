@@ -83,13 +83,16 @@ func slowPost(t *testing.T, addr, log string, n int) net.Conn {
 // not stop writes: past the body timeout they get 408 and free the slots.
 func TestSlowBodiesReleaseWriteSlots(t *testing.T) {
 	const timeout = 300 * time.Millisecond
-	e := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true, MaxConcurrentWrites: 2, BodyTimeout: timeout}})
+	e := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true, MaxConcurrentWrites: 2, BodyTimeout: timeout}, metrics: true})
 	addr := strings.TrimPrefix(e.http.URL, "http://")
+	if got := e.gauge("auditd_http_write_slots"); got != 2 {
+		t.Fatalf("auditd_http_write_slots %v, want 2", got)
+	}
 	var slow []net.Conn
 	for range 2 {
 		slow = append(slow, slowPost(t, addr, "l", 1000))
 	}
-	time.Sleep(50 * time.Millisecond) // both hold a slot
+	e.waitGauge("auditd_http_write_slots_in_use", 2) // both hold a slot
 	start := time.Now()
 	r := e.do(http.MethodPost, "/v1/logs/l/entries", strings.NewReader(`{"id":"a","payload":1}`))
 	waited := time.Since(start)
@@ -133,10 +136,13 @@ func TestBodyTimeoutEndsWithTheBody(t *testing.T) {
 // through once the first is done.
 func TestBodiesShareAByteBudget(t *testing.T) {
 	const timeout = 400 * time.Millisecond
-	e := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true, MaxBodyBytes: 1 << 20, MaxInflightBytes: 1 << 20, BodyTimeout: timeout}})
+	e := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true, MaxBodyBytes: 1 << 20, MaxInflightBytes: 1 << 20, BodyTimeout: timeout}, metrics: true})
 	addr := strings.TrimPrefix(e.http.URL, "http://")
+	if got := e.gauge("auditd_http_body_budget_bytes"); got != 1<<20 {
+		t.Fatalf("auditd_http_body_budget_bytes %v, want %d", got, 1<<20)
+	}
 	slowPost(t, addr, "l", 800<<10) // holds 800 KiB of the 1 MiB budget
-	time.Sleep(50 * time.Millisecond)
+	e.waitGauge("auditd_http_body_budget_in_use_bytes", 800<<10)
 	body := `{"id":"big","payload":"` + strings.Repeat("x", 400<<10) + `"}`
 	start := time.Now()
 	r := e.do(http.MethodPost, "/v1/logs/l/entries", strings.NewReader(body))
@@ -148,8 +154,9 @@ func TestBodiesShareAByteBudget(t *testing.T) {
 		t.Errorf("a 400 KiB body went through in %v while 800 KiB of a 1 MiB budget were held", waited)
 	}
 	// Small bodies fit beside a held share.
+	e.waitGauge("auditd_http_body_budget_in_use_bytes", 0) // the first share is back
 	slowPost(t, addr, "l", 800<<10)
-	time.Sleep(50 * time.Millisecond)
+	e.waitGauge("auditd_http_body_budget_in_use_bytes", 800<<10)
 	start = time.Now()
 	e.post("l", "", `{"id":"small","payload":1}`)
 	if waited := time.Since(start); waited > timeout/2 {

@@ -147,9 +147,22 @@ func New(store *ledger.Store, verifierKey string, opts Options) *Server {
 	return s
 }
 
-// Collectors returns the server's Prometheus collectors.
+// Collectors returns the server's Prometheus collectors: the request
+// counts and latencies, and how much of the write limits POSTs hold.
 func (s *Server) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{s.requests, s.duration}
+	gauge := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
+	}
+	return []prometheus.Collector{s.requests, s.duration,
+		gauge("http_write_slots_in_use", "POSTs of entries holding a write slot: their bodies are being read and decoded.",
+			func() float64 { return float64(len(s.writes)) }),
+		gauge("http_write_slots", "Write slots (max_concurrent_writes): POSTs of entries beyond them wait.",
+			func() float64 { return float64(cap(s.writes)) }),
+		gauge("http_body_budget_in_use_bytes", "Bytes of the in-flight body budget POSTs of entries hold, from their admission until their entries are in the ledger.",
+			func() float64 { return float64(s.budget.inUse()) }),
+		gauge("http_body_budget_bytes", "The in-flight body budget (max_inflight_bytes): a POST waits while its share does not fit.",
+			func() float64 { return float64(s.budget.total) }),
+	}
 }
 
 // ServeHTTP implements http.Handler.

@@ -410,3 +410,36 @@ func hashesJSON[H ~[32]byte](hs []H) string {
 	}
 	return "[" + strings.Join(parts, ",") + "]"
 }
+
+// gauge returns the value of the gauge name (with its auditd_ prefix) in
+// the env's registry (envConfig.metrics), or -1 if it is not there.
+func (e *testEnv) gauge(name string) float64 {
+	e.t.Helper()
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return -1
+}
+
+// waitGauge waits until gauge name reads want, and fails the test if it
+// does not within 10 seconds.
+func (e *testEnv) waitGauge(name string, want float64) {
+	e.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := e.gauge(name)
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%s is %v after 10s, want %v", name, got, want)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}

@@ -1,0 +1,167 @@
+package ledger
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// TestRepairIndex damages the ingested chunk of both indexes (a flipped
+// byte in the id index, a deleted leaf-hash bucket), packed and in layout
+// 1, and checks what that costs and what RepairIndex gives back:
+//   - damaged, a retry of an event the id index lost is appended again,
+//     and its leaf hash is not found;
+//   - a dry run reports both chunks and writes nothing;
+//   - the repair rewrites both, the scrub's comparison is then clean, the
+//     retry is answered as a duplicate and the leaf hash is found;
+//   - with an entry of the chunk deleted as well, or a level-0 tile that
+//     disagrees with an entry, the repair refuses the chunk, names the
+//     entry and leaves the index as it was.
+func TestRepairIndex(t *testing.T) {
+	if testing.Short() {
+		t.Skip("appends an index chunk of entries")
+	}
+	t.Parallel()
+	const e, f = 4242, 31337
+	for _, layout1 := range []bool{false, true} {
+		name := map[bool]string{false: "packed", true: "layout1"}[layout1]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s, _ := newTestStore(t, WithCheckpointInterval(0))
+			l := mustCreateLog(t, s, "x")
+			appendUUIDs(t, l, 0, indexChunk+300)
+			testStoresMu.Lock()
+			cfg := testStores[s]
+			testStoresMu.Unlock()
+			id := l.id
+			recF, err := l.Entry(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			leafF := recF.LeafHash
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if layout1 {
+				toLayout1(t, cfg.dir, "x", id, indexChunk+300)
+			}
+			damage := func(t *testing.T, extra func(*pebble.DB) error) string {
+				dir := filepath.Join(t.TempDir(), "copy")
+				copyDir(t, cfg.dir, dir)
+				db, err := pebble.Open(dir, &pebble.Options{Logger: pebbleLogger{discard}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				key, at, _ := indexTarget(t, db, layout1, kindIDIndex, id, e)
+				edits := []func(*pebble.DB) error{flipByte(key, at)}
+				key, _, _ = indexTarget(t, db, layout1, kindHashIndex, id, f)
+				edits = append(edits, deleteKey(key))
+				if extra != nil {
+					edits = append(edits, extra)
+				}
+				for _, ed := range edits {
+					if err := ed(db); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := db.Close(); err != nil {
+					t.Fatal(err)
+				}
+				return dir
+			}
+			open := func(t *testing.T, dir string) (*Store, *Log) {
+				c := cfg
+				c.dir = dir
+				s := openTestStore(t, c)
+				return s, mustLog(t, s, "x")
+			}
+			repair := func(t *testing.T, dir string, dry bool) []IndexRepair {
+				s, l := open(t, dir)
+				reps, err := l.RepairIndex(context.Background(), dry, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := s.Close(); err != nil {
+					t.Fatal(err)
+				}
+				return reps
+			}
+			want := func(t *testing.T, reps []IndexRepair, repaired bool, refused string) {
+				t.Helper()
+				if len(reps) != 2 || reps[0].Index != "id" || reps[1].Index != "leaf-hash" {
+					t.Fatalf("repairs %+v, want one of the id index and one of the leaf-hash index", reps)
+				}
+				for _, r := range reps {
+					if r.Chunk != 0 || r.Repaired != repaired || !strings.Contains(r.Refused, refused) || (refused == "") != (r.Refused == "") {
+						t.Errorf("repair %+v, want chunk 0, repaired %v, refused %q", r, repaired, refused)
+					}
+				}
+			}
+
+			t.Run("damaged", func(t *testing.T) {
+				dir := damage(t, nil)
+				if fs := scrubIndexes(t, dir); len(fs) != 2 {
+					t.Fatalf("findings %+v, want two", fs)
+				}
+				s, l := open(t, dir)
+				res, err := l.Append(context.Background(), []Entry{uuidEntry(e)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Entries[0].Duplicate {
+					t.Fatalf("retry of entry %d found with its id index damaged: the damage did not take", e)
+				}
+				if _, err := l.IndexByLeafHash(leafF); err == nil {
+					t.Fatalf("leaf hash of entry %d found with its bucket deleted", f)
+				}
+				s.Close()
+			})
+			t.Run("repaired", func(t *testing.T) {
+				dir := damage(t, nil)
+				want(t, repair(t, dir, true), false, "")
+				if fs := scrubIndexes(t, dir); len(fs) != 2 {
+					t.Fatalf("after a dry run: findings %+v, want the two still there", fs)
+				}
+				want(t, repair(t, dir, false), true, "")
+				if fs := scrubIndexes(t, dir); len(fs) != 0 {
+					t.Fatalf("after the repair: findings %+v, want none", fs)
+				}
+				if reps := repair(t, dir, false); len(reps) != 0 {
+					t.Fatalf("a second repair: %+v, want nothing to do", reps)
+				}
+				s, l := open(t, dir)
+				res, err := l.Append(context.Background(), []Entry{uuidEntry(e)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if a := res.Entries[0]; !a.Duplicate || a.Index != e {
+					t.Errorf("retry of entry %d after the repair: %+v, want the duplicate at %d", e, a, e)
+				}
+				if i, err := l.IndexByLeafHash(leafF); err != nil || i != f {
+					t.Errorf("leaf hash of entry %d after the repair: %d, %v", f, i, err)
+				}
+				s.Close()
+			})
+			// An entry gone, or a level-0 tile that disagrees with an entry:
+			// the chunk's keys cannot be rebuilt from what is stored.
+			for _, c := range []struct {
+				name, refused string
+				edit          func(*pebble.DB) error
+			}{
+				{"entry deleted too", "entry 777", deleteKey(entryKey(id, 777))},
+				{"tile damaged too", "entry 777 does not hash to the leaf", flipByte(tileKey(id, 0, 777/tileWidth), 32*(777%tileWidth)+1)},
+			} {
+				t.Run(c.name, func(t *testing.T) {
+					dir := damage(t, c.edit)
+					want(t, repair(t, dir, false), false, c.refused)
+					if fs := scrubIndexes(t, dir); len(fs) != 2 {
+						t.Fatalf("after a refused repair: findings %+v, want the two still there", fs)
+					}
+				})
+			}
+		})
+	}
+}

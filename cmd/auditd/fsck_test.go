@@ -206,6 +206,7 @@ func TestFsck(t *testing.T) {
 		})
 	}
 
+	t.Run("repair-index", func(t *testing.T) { testRepairIndexCommand(t, bin, clean) })
 	t.Run("clean", func(t *testing.T) {
 		dir := copyStore(t, clean)
 		before := dirContents(t, dir)

@@ -20,6 +20,7 @@ Usage:
   auditd verify  [flags]   check derived views against the ledger once (for CI)
   auditd fsck    [flags]   check a stopped daemon's ledger offline (scrub, checkpoint audit)
   auditd prune   [flags]   delete a stopped daemon's old payloads, keeping every proof
+  auditd repair-index [flags]  rebuild a stopped daemon's index chunks that differ from their entries
   auditd status  [flags]   show a running server's logs, derivations, checks and alerts
   auditd alerts  [flags]   list a running server's alerts, or follow them live
   auditd bench             moved: go run ./cmd/auditd-bench <mode> (load generators, not in this binary)
@@ -48,6 +49,8 @@ func main() {
 		os.Exit(runFsck(args, os.Stdout, os.Stderr))
 	case "prune":
 		os.Exit(runPrune(args, os.Stdout, os.Stderr))
+	case "repair-index":
+		os.Exit(runRepairIndex(args, os.Stdout, os.Stderr))
 	case "prove":
 		os.Exit(runProve(args, os.Stdout, os.Stderr))
 	case "status":

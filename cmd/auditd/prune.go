@@ -141,26 +141,38 @@ func parseBefore(s string, now time.Time) (ledger.PruneOptions, error) {
 	return ledger.PruneOptions{}, errors.New("want an entry index, an RFC 3339 time or a positive age such as 720h")
 }
 
-func prune(ctx context.Context, f pruneFlags, o ledger.PruneOptions, stdout io.Writer) error {
-	if m, _ := filepath.Glob(filepath.Join(f.dataDir, "MANIFEST-*")); len(m) == 0 {
-		return fmt.Errorf("no ledger in %s (no Pebble MANIFEST)", f.dataDir)
+// openStopped opens a stopped daemon's ledger in dataDir for an offline
+// command that writes to it (prune, repair-index): with its signing key
+// (keyFile, default DATA-DIR/auditd.key; read, never created) and its
+// checkpoint dir, warnings and errors logged to logw. A data dir without a
+// ledger, or one a daemon holds, is an error that says so.
+func openStopped(dataDir, keyFile, cpDir string, logw io.Writer) (*ledger.Store, error) {
+	if m, _ := filepath.Glob(filepath.Join(dataDir, "MANIFEST-*")); len(m) == 0 {
+		return nil, fmt.Errorf("no ledger in %s (no Pebble MANIFEST)", dataDir)
 	}
-	keyFile := f.keyFile
 	if keyFile == "" {
-		keyFile = filepath.Join(f.dataDir, "auditd.key")
+		keyFile = filepath.Join(dataDir, "auditd.key")
 	}
 	b, err := os.ReadFile(keyFile)
 	if err != nil {
-		return fmt.Errorf("signing key: %w", err)
+		return nil, fmt.Errorf("signing key: %w", err)
 	}
 	key, err := parseKey(strings.TrimSpace(string(b)))
 	if err != nil {
-		return fmt.Errorf("signing key %s: %w", keyFile, err)
+		return nil, fmt.Errorf("signing key %s: %w", keyFile, err)
 	}
-	st, err := ledger.Open(f.dataDir, key.signer, key.verifier, ledger.WithCheckpointDir(f.cpDir),
-		ledger.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	st, err := ledger.Open(dataDir, key.signer, key.verifier, ledger.WithCheckpointDir(cpDir),
+		ledger.WithLogger(slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	if err != nil {
-		return explainLock(f.dataDir, err)
+		return nil, explainLock(dataDir, err)
+	}
+	return st, nil
+}
+
+func prune(ctx context.Context, f pruneFlags, o ledger.PruneOptions, stdout io.Writer) error {
+	st, err := openStopped(f.dataDir, f.keyFile, f.cpDir, os.Stderr)
+	if err != nil {
+		return err
 	}
 	defer st.Close()
 	l, err := st.Log(f.log)

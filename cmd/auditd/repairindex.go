@@ -6,15 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
-
-	"github.com/auditd/auditd/ledger"
 )
 
 const repairIndexUsage = `Usage: auditd repair-index --data-dir DIR [--log NAME] [--dry-run] [flags]
@@ -86,25 +81,9 @@ func runRepairIndex(args []string, stdout, stderr io.Writer) int {
 // repairIndex repairs the logs f names and reports whether nothing is
 // left differing.
 func repairIndex(ctx context.Context, f repairIndexFlags, stdout, stderr io.Writer) (bool, error) {
-	if m, _ := filepath.Glob(filepath.Join(f.dataDir, "MANIFEST-*")); len(m) == 0 {
-		return false, fmt.Errorf("no ledger in %s (no Pebble MANIFEST)", f.dataDir)
-	}
-	keyFile := f.keyFile
-	if keyFile == "" {
-		keyFile = filepath.Join(f.dataDir, "auditd.key")
-	}
-	b, err := os.ReadFile(keyFile)
+	st, err := openStopped(f.dataDir, f.keyFile, f.cpDir, stderr)
 	if err != nil {
-		return false, fmt.Errorf("signing key: %w", err)
-	}
-	key, err := parseKey(strings.TrimSpace(string(b)))
-	if err != nil {
-		return false, fmt.Errorf("signing key %s: %w", keyFile, err)
-	}
-	st, err := ledger.Open(f.dataDir, key.signer, key.verifier, ledger.WithCheckpointDir(f.cpDir),
-		ledger.WithLogger(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
-	if err != nil {
-		return false, explainLock(f.dataDir, err)
+		return false, err
 	}
 	defer st.Close()
 	var names []string

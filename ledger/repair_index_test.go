@@ -10,9 +10,9 @@ import (
 )
 
 // TestRepairIndex damages the ingested chunk of both indexes (a flipped
-// byte in the id index, a deleted leaf-hash bucket), packed and (the
-// repair only) in layout 1, and checks what that costs and what
-// RepairIndex gives back:
+// byte in the id index, a deleted leaf-hash bucket), packed (with the
+// first 3,000 payloads pruned) and (the repair only) in layout 1, and
+// checks what that costs and what RepairIndex gives back:
 //   - damaged, a retry of an event the id index lost is appended again,
 //     and its leaf hash is not found;
 //   - a dry run reports both chunks and writes nothing;
@@ -41,6 +41,13 @@ func TestRepairIndex(t *testing.T) {
 			recF, err := l.Entry(f)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if !layout1 {
+				// Retention pruned the first payloads: their entries hold the
+				// payload's hash, and the repair rebuilds their keys from it.
+				if res, err := l.PrunePayloads(context.Background(), PruneOptions{Before: 3000}); err != nil || res.Pruned != 3000 {
+					t.Fatalf("prune: %+v, %v", res, err)
+				}
 			}
 			leafF := recF.LeafHash
 			if err := s.Close(); err != nil {

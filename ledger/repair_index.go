@@ -135,11 +135,7 @@ func (l *Log) rewriteChunk(kind byte, c uint64, k *ChunkKeys) error {
 		k.exp = append(k.exp, indexEntry{h, c<<indexChunkBits | uint64(pos)})
 	}
 	k.exp, k.tmp = sortChunkEntries(k.exp, k.tmp, k.count)
-	lo := binary.BigEndian.AppendUint32(logKey(kind, l.id, 4), uint32(c))
-	hi := binary.BigEndian.AppendUint32(logKey(kind, l.id, 4), uint32(c+1))
-	if uint32(c+1) == 0 {
-		hi = logKey(kind, l.id+1, 0)
-	}
+	lo, hi := chunkRange(kind, l.id, c)
 	b := l.s.db.NewBatch()
 	defer b.Close()
 	if err := b.DeleteRange(lo, hi, nil); err != nil {

@@ -128,11 +128,7 @@ type indexTally struct {
 // compareChunk merges the chunk's stored keys with the rebuilt index
 // entries exp, both in key order.
 func (r *RawLog) compareChunk(t *indexTally, exp []indexEntry) error {
-	lo := binary.BigEndian.AppendUint32(logKey(t.kind, r.id, 4), uint32(t.c))
-	hi := binary.BigEndian.AppendUint32(logKey(t.kind, r.id, 4), uint32(t.c+1))
-	if uint32(t.c+1) == 0 {
-		hi = logKey(t.kind, r.id+1, 0)
-	}
+	lo, hi := chunkRange(t.kind, r.id, t.c)
 	it, err := r.r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return err
@@ -175,6 +171,17 @@ func (r *RawLog) compareChunk(t *indexTally, exp []indexEntry) error {
 		}
 	}
 	return it.Error()
+}
+
+// chunkRange returns the key range [lo, hi) of chunk c of kind's index of
+// log: its packed buckets and its layout-1 keys alike.
+func chunkRange(kind byte, log uint32, c uint64) (lo, hi []byte) {
+	lo = binary.BigEndian.AppendUint32(logKey(kind, log, 4), uint32(c))
+	hi = binary.BigEndian.AppendUint32(logKey(kind, log, 4), uint32(c+1))
+	if uint32(c+1) == 0 {
+		hi = logKey(kind, log+1, 0)
+	}
+	return lo, hi
 }
 
 // group returns the key and records of the rebuilt value that starts at

@@ -5,17 +5,14 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -92,21 +89,8 @@ type fsckJSON struct {
 
 func runFsckBin(t *testing.T, bin string, args ...string) (int, []byte, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, bin, append([]string{"fsck"}, args...)...)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return 0, stdout.Bytes(), stderr.String()
-	case errors.As(err, &ee):
-		return ee.ExitCode(), stdout.Bytes(), stderr.String()
-	}
-	t.Fatalf("run fsck: %v", err)
-	return 0, nil, ""
+	code, stdout, stderr := runAuditd(t, bin, append([]string{"fsck"}, args...)...)
+	return code, []byte(stdout), stderr
 }
 
 // TestFsck injects one fault per copy of a real store, closed, by editing

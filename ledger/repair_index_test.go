@@ -2,7 +2,9 @@ package ledger
 
 import (
 	"context"
+	"encoding/binary"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -114,7 +116,7 @@ func TestRepairIndex(t *testing.T) {
 					t.Skip("the damage does not depend on the layout")
 				}
 				dir := damage(t, nil)
-				if fs := scrubIndexes(t, dir); len(fs) != 2 {
+				if fs := scrubIndexes(t, dir, 1); len(fs) != 2 {
 					t.Fatalf("findings %+v, want two", fs)
 				}
 				s, l := open(t, dir)
@@ -133,11 +135,11 @@ func TestRepairIndex(t *testing.T) {
 			t.Run("repaired", func(t *testing.T) {
 				dir := damage(t, nil)
 				want(t, repair(t, dir, true), false, "")
-				if fs := scrubIndexes(t, dir); len(fs) != 2 {
+				if fs := scrubIndexes(t, dir, 1); len(fs) != 2 {
 					t.Fatalf("after a dry run: findings %+v, want the two still there", fs)
 				}
 				want(t, repair(t, dir, false), true, "")
-				if fs := scrubIndexes(t, dir); len(fs) != 0 {
+				if fs := scrubIndexes(t, dir, 1); len(fs) != 0 {
 					t.Fatalf("after the repair: findings %+v, want none", fs)
 				}
 				if reps := repair(t, dir, false); len(reps) != 0 {
@@ -171,11 +173,185 @@ func TestRepairIndex(t *testing.T) {
 					}
 					dir := damage(t, c.edit)
 					want(t, repair(t, dir, false), false, c.refused)
-					if fs := scrubIndexes(t, dir); len(fs) != 2 {
+					if fs := scrubIndexes(t, dir, 1); len(fs) != 2 {
 						t.Fatalf("after a refused repair: findings %+v, want the two still there", fs)
 					}
 				})
 			}
 		})
 	}
+}
+
+// TestRepairIndexLaterChunk damages index chunks past the first of a log
+// of three ingested chunks (a flipped byte in a chunk 1 id bucket, a
+// deleted chunk 2 leaf-hash bucket) and checks that the scrub's comparison
+// names just those chunks, that a dry run of RepairIndex reports them and
+// writes nothing, and that the repair rewrites them: the comparison is then
+// clean, a retry of the event whose id record was damaged is answered as a
+// duplicate and the leaf hash of an entry of the deleted bucket is found.
+func TestRepairIndexLaterChunk(t *testing.T) {
+	if testing.Short() {
+		t.Skip("appends three index chunks of entries")
+	}
+	t.Parallel()
+	const (
+		n      = 3*indexChunk + 300
+		e1, e2 = 1*indexChunk + 4242, 2*indexChunk + 31337
+	)
+	s, _ := newTestStore(t, WithCheckpointInterval(0))
+	l := mustCreateLog(t, s, "x")
+	appendUUIDs(t, l, 0, n)
+	testStoresMu.Lock()
+	cfg := testStores[s]
+	testStoresMu.Unlock()
+	id := l.id
+	rec2, err := l.Entry(e2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf2 := rec2.LeafHash
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The buckets damaged: that of e1's id in chunk 1 of the id index, and
+	// that of e2's leaf hash in chunk 2 of the leaf-hash index.
+	idKey := packedKey(kindIDIndex, id, 1, byte(idHash(uuidEntry(e1).ID)>>56))
+	hashKey := packedKey(kindHashIndex, id, 2, byte(leafHashKey(leaf2)>>56))
+	// records returns the entries bucket key's value holds, and the offset
+	// of the last fingerprint byte of entry e's record (-1 if none).
+	records := func(t *testing.T, db *pebble.DB, key []byte, e int) (entries []int64, at int) {
+		t.Helper()
+		v, closer, err := db.Get(key)
+		if err != nil {
+			t.Fatalf("bucket %x: %v", key, err)
+		}
+		defer closer.Close()
+		kind, c := key[0], int64(binary.BigEndian.Uint32(key[5:]))
+		w := fpBytes(kind)
+		at = -1
+		for i := 0; i+w+2 <= len(v); i += w + 2 {
+			pos := int64(binary.BigEndian.Uint16(v[i+w:]))
+			entries = append(entries, c*indexChunk+pos)
+			if c*indexChunk+pos == int64(e) {
+				at = i + w - 1
+			}
+		}
+		if at < 0 {
+			t.Fatalf("bucket %x holds %v, no record of entry %d", key, entries, e)
+		}
+		return entries, at
+	}
+	var hashEntries []int64 // the entries of the deleted bucket
+	damage := func(t *testing.T) string {
+		dir := filepath.Join(t.TempDir(), "copy")
+		copyDir(t, cfg.dir, dir)
+		db, err := pebble.Open(dir, &pebble.Options{Logger: pebbleLogger{discard}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, at := records(t, db, idKey, e1)
+		hashEntries, _ = records(t, db, hashKey, e2)
+		for _, ed := range []func(*pebble.DB) error{flipByte(idKey, at), deleteKey(hashKey)} {
+			if err := ed(db); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	open := func(t *testing.T, dir string) (*Store, *Log) {
+		c := cfg
+		c.dir = dir
+		s := openTestStore(t, c)
+		return s, mustLog(t, s, "x")
+	}
+	repair := func(t *testing.T, dir string, dry bool) []IndexRepair {
+		t.Helper()
+		s, l := open(t, dir)
+		reps, err := l.RepairIndex(context.Background(), dry, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return reps
+	}
+	wantRepairs := func(t *testing.T, reps []IndexRepair, repaired bool) {
+		t.Helper()
+		if len(reps) != 2 || reps[0].Index != "id" || reps[0].Chunk != 1 || reps[1].Index != "leaf-hash" || reps[1].Chunk != 2 {
+			t.Fatalf("repairs %+v, want chunk 1 of the id index and chunk 2 of the leaf-hash index", reps)
+		}
+		for _, r := range reps {
+			if r.Repaired != repaired || r.Refused != "" {
+				t.Errorf("repair %+v, want repaired %v, none refused", r, repaired)
+			}
+		}
+	}
+
+	t.Run("damaged", func(t *testing.T) {
+		dir := damage(t)
+		fs := scrubIndexes(t, dir, 3)
+		if len(fs) != 2 {
+			t.Fatalf("findings %+v, want two", fs)
+		}
+		if f := fs[0]; f.Index != "id" || f.Chunk != 1 || f.Entry != e1 || !strings.Contains(f.Detail, "value differs") {
+			t.Errorf("finding %+v, want chunk 1 of the id index, entry %d's value differs", f, e1)
+		}
+		if f := fs[1]; f.Index != "leaf-hash" || f.Chunk != 2 || !slices.Contains(hashEntries, f.Entry) || !strings.Contains(f.Detail, "key missing") {
+			t.Errorf("finding %+v, want chunk 2 of the leaf-hash index, a key missing with an entry of %v", f, hashEntries)
+		}
+		s, l := open(t, dir)
+		res, err := l.Append(context.Background(), []Entry{uuidEntry(e1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Entries[0].Duplicate {
+			t.Fatalf("retry of entry %d found with its id record damaged: the damage did not take", e1)
+		}
+		if _, err := l.IndexByLeafHash(leaf2); err == nil {
+			t.Fatalf("leaf hash of entry %d found with its bucket deleted", e2)
+		}
+		s.Close()
+	})
+	t.Run("repaired", func(t *testing.T) {
+		dir := damage(t)
+		before := scrubIndexes(t, dir, 3)
+		wantRepairs(t, repair(t, dir, true), false)
+		if after := scrubIndexes(t, dir, 3); len(after) != 2 || !slices.Equal(after, before) {
+			t.Fatalf("after a dry run: findings %+v, want %+v still there", after, before)
+		}
+		wantRepairs(t, repair(t, dir, false), true)
+		if fs := scrubIndexes(t, dir, 3); len(fs) != 0 {
+			t.Fatalf("after the repair: findings %+v, want none", fs)
+		}
+		s, l := open(t, dir)
+		res, err := l.Append(context.Background(), []Entry{uuidEntry(e1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := res.Entries[0]; !a.Duplicate || a.Index != e1 {
+			t.Errorf("retry of entry %d after the repair: %+v, want the duplicate at %d", e1, a, e1)
+		}
+		if got := l.Size(); got != n {
+			t.Errorf("log size after the retry: %d, want %d", got, n)
+		}
+		for _, e := range []int64{e2, hashEntries[0], hashEntries[len(hashEntries)-1]} {
+			want := leaf2
+			if e != e2 {
+				r, err := l.Entry(uint64(e))
+				if err != nil {
+					t.Fatal(err)
+				}
+				want = r.LeafHash
+			}
+			if i, err := l.IndexByLeafHash(want); err != nil || i != uint64(e) {
+				t.Errorf("leaf hash of entry %d after the repair: %d, %v", e, i, err)
+			}
+		}
+		s.Close()
+	})
 }

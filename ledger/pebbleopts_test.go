@@ -1,7 +1,11 @@
 package ledger
 
 import (
+	"context"
+	"encoding/binary"
 	"fmt"
+	"math/rand/v2"
+	"sync"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -92,8 +96,14 @@ func TestTableSpanEnds(t *testing.T) {
 		{logKey(kindHashIndex, 3, 0), logKey(kindHashIndex, 4, 0)},
 		{[]byte{kindHashIndex - 1, 9}, []byte{kindHashIndex}},
 		{logKey(kindIDIndex, 3, 0), logKey(kindIDIndex, 4, 0)},
-		{metaKey(3), nil},
-		{tileKey(3, 0, 5), nil},
+		{metaKey(3), []byte{kindTile}},
+		{tileKey(3, 0, 5), append(logKey(kindTile, 3, 1), 1)},
+		{tileKey(3, 2, 0), append(logKey(kindTile, 3, 1), 3)},
+		{tileKey(3, 255, 7), logKey(kindTile, 4, 0)},
+		{tileKey(0xffffffff, 255, 7), []byte{kindTile + 1}},
+		{[]byte{kindTile}, append(logKey(kindTile, 0, 1), 1)},
+		{[]byte{kindLayout}, nil},
+		{chunksKey(3), nil},
 	} {
 		_, end, err := tableSpan(c.start)
 		if err != nil || string(end) != string(c.end) {
@@ -102,5 +112,99 @@ func TestTableSpanEnds(t *testing.T) {
 		if end != nil && string(end) <= string(c.start) {
 			t.Errorf("tableSpan(%q) ends at %q, not after its start", c.start, end)
 		}
+	}
+}
+
+// TestEntriesMoveDown checks what the level-0 settings and the tiles'
+// tables of their own are for: entries are written by a flush and then
+// moved down the levels, not rewritten by compactions. 1,000-entry
+// appends of 256-byte incompressible payloads go through a small
+// memtable, so that there are many flushes and compactions; the bytes of
+// the entry tables compactions wrote (a move writes none) must be a small
+// part of the payloads. The control runs the settings the store had
+// before (level 0 compacted at four sublevels, flushes split at 2 MiB,
+// tiles sharing tables), under which compactions rewrite at least a quarter of
+// the entries.
+func TestEntriesMoveDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("appends 120,000 entries")
+	}
+	t.Parallel()
+	for _, before := range []bool{false, true} {
+		t.Run(fmt.Sprint("before=", before), func(t *testing.T) {
+			t.Parallel()
+			var mu sync.Mutex
+			var rewritten, moved uint64 // bytes of entry tables
+			s, _ := newTestStore(t, func(o *options) {
+				o.tune = func(po *pebble.Options) {
+					po.MemTableSize = 2 << 20
+					po.EventListener.CompactionEnd = func(info pebble.CompactionInfo) {
+						if info.Err != nil {
+							return
+						}
+						mu.Lock()
+						defer mu.Unlock()
+						for _, ti := range info.Output.Tables {
+							if k := ti.Smallest.UserKey; len(k) > 0 && k[0] == kindEntry {
+								if info.Reason == "move" {
+									moved += ti.Size
+								} else {
+									rewritten += ti.Size
+								}
+							}
+						}
+					}
+					if before {
+						po.L0CompactionThreshold = 4
+						po.TargetFileSizes[0] = 2 << 20
+						po.FlushSplitBytes = 4 << 20
+						po.Experimental.SpanPolicyFunc = func(start []byte) (pebble.SpanPolicy, []byte, error) {
+							return spanEnd([]byte{kindEntry, kindHashIndex, kindIDIndex}, start)
+						}
+					}
+				}
+			})
+			l := mustCreateLog(t, s, "x")
+			rng := rand.New(rand.NewPCG(1, 2))
+			const n, batch = 120_000, 1000
+			for i := 0; i < n; i += batch {
+				es := make([]Entry, batch)
+				for j := range es {
+					pl := make([]byte, 256)
+					for k := 0; k < len(pl); k += 8 {
+						binary.LittleEndian.PutUint64(pl[k:], rng.Uint64())
+					}
+					es[j] = Entry{ID: fmt.Sprint("e-", i+j), Payload: pl}
+				}
+				if _, err := l.Append(context.Background(), es); err != nil {
+					t.Fatal(err)
+				}
+			}
+			m := s.db.Metrics()
+			var flushed uint64
+			for _, lm := range m.Levels {
+				flushed += lm.TableBytesFlushed
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			payloads := uint64(n * 256)
+			t.Logf("payloads %d KiB, flushed %d KiB; entry tables compactions rewrote %d KiB, moved %d KiB; %d compactions, %d moves",
+				payloads>>10, flushed>>10, rewritten>>10, moved>>10, m.Compact.Count, m.Compact.MoveCount)
+			if flushed < payloads/2 {
+				t.Fatalf("flushed %d bytes of %d bytes of payloads: the appends did not go through flushes", flushed, payloads)
+			}
+			if before {
+				if rewritten < payloads/4 {
+					t.Errorf("before: compactions rewrote %d bytes of entry tables, under a quarter of the %d bytes of payloads; the control shows no rewrite", rewritten, payloads)
+				}
+				return
+			}
+			if rewritten > payloads/10 {
+				t.Errorf("compactions rewrote %d bytes of entry tables, over a tenth of the %d bytes of payloads", rewritten, payloads)
+			}
+			if moved < payloads/2 {
+				t.Errorf("%d bytes of entry tables moved, under half the %d bytes of payloads", moved, payloads)
+			}
+		})
 	}
 }

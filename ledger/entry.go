@@ -202,14 +202,16 @@ var errStored = errors.New("ledger: corrupt stored entry")
 // decodeStored decodes a stored entry of the named log. The returned record
 // does not alias b.
 func decodeStored(log string, index uint64, b []byte) (*Record, error) {
-	return decodeStoredAs(log, index, b, true)
+	return decodeStoredAs(log, index, b, true, nil)
 }
 
 // decodeStoredAs decodes a stored entry; without leaf it leaves the payload
 // hash, leaf bytes and leaf hash unset (ScanEntries takes the leaf hash from
-// the tiles).
-func decodeStoredAs(log string, index uint64, b []byte, leaf bool) (*Record, error) {
-	r := &Record{Index: index}
+// the tiles). The record, its payload and key come from a (allocated one
+// by one if a is nil).
+func decodeStoredAs(log string, index uint64, b []byte, leaf bool, a *recordSlab) (*Record, error) {
+	r := a.record()
+	r.Index = index
 	l := &r.Leaf
 	l.Log = log
 	if len(b) < 1 {
@@ -219,7 +221,7 @@ func decodeStoredAs(log string, index uint64, b []byte, leaf bool) (*Record, err
 	if f&^sKnown != 0 {
 		return nil, errStored
 	}
-	sr := storedReader{b: b[1:]}
+	sr := storedReader{b: b[1:], a: a}
 	if !sr.fields(f, l) {
 		return nil, errStored
 	}
@@ -232,7 +234,7 @@ func decodeStoredAs(log string, index uint64, b []byte, leaf bool) (*Record, err
 		r.PayloadPruned = true
 		copy(l.PayloadSHA256[:], b)
 	} else {
-		r.Payload = append([]byte{}, b...)
+		r.Payload = a.bytes(b)
 		if !leaf {
 			return r, nil
 		}
@@ -250,8 +252,12 @@ func decodeStoredAs(log string, index uint64, b []byte, leaf bool) (*Record, err
 	return r, nil
 }
 
-// storedReader reads the fields of a stored entry value in order.
-type storedReader struct{ b []byte }
+// storedReader reads the fields of a stored entry value in order; the key
+// it decodes comes from a.
+type storedReader struct {
+	b []byte
+	a *recordSlab
+}
 
 // str reads a uvarint-length-prefixed byte string (aliasing the value).
 func (sr *storedReader) str() ([]byte, bool) {
@@ -288,13 +294,13 @@ func (sr *storedReader) fields(f byte, l *merkle.Leaf) bool {
 	if !ok {
 		return false
 	}
-	l.ID = string(id)
+	l.ID = string(id) // its own allocation: folds keep ids (a key's last event) long after the scan
 	if f&sKey != 0 {
 		k, ok := sr.str()
 		if !ok {
 			return false
 		}
-		l.HasKey, l.Key = true, append([]byte{}, k...)
+		l.HasKey, l.Key = true, sr.a.bytes(k)
 	}
 	if len(sr.b) < 8 {
 		return false
@@ -338,4 +344,49 @@ func (sr *storedReader) headers(l *merkle.Leaf) bool {
 		l.Headers[i] = merkle.Header{Key: string(k), Value: append([]byte{}, v...)}
 	}
 	return true
+}
+
+// recordSlab hands out records, and the payloads and keys they hold, from
+// blocks it allocates, so that a scan makes a few objects a block instead
+// of two or three an entry (with the garbage collector's scanning of them,
+// the larger part of a fold's allocation cost). Nothing it hands out is
+// handed out again, but a payload or key a caller keeps keeps its whole
+// block alive: it serves scans whose callers keep neither past their
+// batch (Entries' and ScanEntries' callers must not keep the record).
+// Ids are not in it: a fold keeps each key's last event id. The nil slab
+// allocates each one on its own.
+type recordSlab struct {
+	recs []Record
+	buf  []byte
+}
+
+const (
+	slabRecords = 256
+	slabBytes   = 64 << 10
+)
+
+func (a *recordSlab) record() *Record {
+	if a == nil {
+		return &Record{}
+	}
+	if len(a.recs) == 0 {
+		a.recs = make([]Record, slabRecords)
+	}
+	r := &a.recs[0]
+	a.recs = a.recs[1:]
+	return r
+}
+
+// bytes returns a copy of b (never nil) whose capacity ends with it, so
+// that an append to it cannot reach the next one's bytes.
+func (a *recordSlab) bytes(b []byte) []byte {
+	if a == nil || len(b) == 0 || len(b) > slabBytes/8 {
+		return append([]byte{}, b...)
+	}
+	if len(b) > cap(a.buf)-len(a.buf) {
+		a.buf = make([]byte, 0, slabBytes)
+	}
+	n := len(a.buf)
+	a.buf = append(a.buf, b...)
+	return a.buf[n:len(a.buf):len(a.buf)]
 }

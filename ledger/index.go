@@ -229,7 +229,7 @@ func (l *Log) tailEntries(from, to uint64) (ids, hashes []indexEntry, err error)
 			if ok {
 				if k := it.Key(); binary.BigEndian.Uint64(k[len(k)-8:]) == i {
 					// Decoded before Next, which reuses the value's buffer.
-					rec, err = l.decodeEntry(i, it.Value(), true)
+					rec, err = l.decodeEntry(i, it.Value(), true, nil)
 					ok = it.Next()
 					if err != nil {
 						continue

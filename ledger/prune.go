@@ -196,7 +196,7 @@ func (l *Log) pruneBatch(ctx context.Context, res *PruneResult, o PruneOptions) 
 		if idx != next {
 			return false, l.missingEntry(next)
 		}
-		rec, err := l.decodeEntry(idx, it.Value(), true)
+		rec, err := l.decodeEntry(idx, it.Value(), true, nil)
 		if err != nil {
 			return false, err
 		}

@@ -31,7 +31,7 @@ func (l *Log) readEntry(index uint64) (*Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ledger: read %s/%d: %w", l.name, index, err)
 	}
-	rec, err := l.decodeEntry(index, v, true)
+	rec, err := l.decodeEntry(index, v, true, nil)
 	closer.Close()
 	if err != nil {
 		return nil, err
@@ -55,8 +55,8 @@ func (l *Log) missingEntry(index uint64) error {
 
 // decodeEntry decodes the stored entry index; one that does not decode is an
 // integrity failure.
-func (l *Log) decodeEntry(index uint64, v []byte, leaf bool) (*Record, error) {
-	rec, err := decodeStoredAs(l.name, index, v, leaf)
+func (l *Log) decodeEntry(index uint64, v []byte, leaf bool, a *recordSlab) (*Record, error) {
+	rec, err := decodeStoredAs(l.name, index, v, leaf, a)
 	if err != nil {
 		return nil, l.s.integrity(&IntegrityError{Log: l.name, Index: int64(index), Kind: IntegrityEntryCorrupt,
 			Detail: fmt.Sprintf("stored entry of %d bytes: %v", len(v), err)})
@@ -432,6 +432,7 @@ func (l *Log) entries(ctx context.Context, from, to uint64, leaf bool, fn func(*
 	defer it.Close()
 	tile, base := ^uint64(0), make([]merkle.Hash, 0, tileWidth)
 	want := from
+	var slab recordSlab
 	for ok := it.First(); ok; ok = it.Next() {
 		if want&1023 == 0 {
 			if err := ctx.Err(); err != nil {
@@ -443,7 +444,7 @@ func (l *Log) entries(ctx context.Context, from, to uint64, leaf bool, fn func(*
 		if idx != want {
 			return l.missingEntry(want)
 		}
-		rec, err := l.decodeEntry(idx, it.Value(), leaf)
+		rec, err := l.decodeEntry(idx, it.Value(), leaf, &slab)
 		if err != nil {
 			return err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/auditd/auditd/merkle"
@@ -54,5 +55,51 @@ func TestScanEntries(t *testing.T) {
 	}
 	if err := l.ScanEntries(ctx, 0, size+1, func(*Record) error { return nil }); !errors.Is(err, ErrRange) {
 		t.Errorf("ScanEntries beyond the size: %v, want ErrRange", err)
+	}
+}
+
+// TestScanRecordsOwnTheirBytes checks what the scans' record slab must
+// keep: records, payloads and keys come from shared blocks, yet each kept
+// record still holds its own entry after the scan has gone on past the
+// blocks' ends (256 records; 64 KiB of payloads and keys, here 1,200-byte
+// payloads), and an append to one payload or key leaves the next one's
+// bytes alone.
+func TestScanRecordsOwnTheirBytes(t *testing.T) {
+	t.Parallel()
+	s, _ := newTestStore(t)
+	l := mustCreateLog(t, s, "slab")
+	ctx := context.Background()
+	const n = 700
+	payload := func(i int) []byte {
+		return fmt.Appendf(nil, `{"n":%d,"pad":%q}`, i, strings.Repeat(string(rune('a'+i%26)), 1200))
+	}
+	var es []Entry
+	for i := range n {
+		es = append(es, Entry{ID: fmt.Sprint("s-", i), HasKey: true, Key: fmt.Appendf(nil, "key-%d", i), Payload: payload(i), PayloadJSON: true})
+	}
+	if _, err := l.Append(ctx, es); err != nil {
+		t.Fatal(err)
+	}
+	scans := map[string]func(context.Context, uint64, uint64, func(*Record) error) error{"Entries": l.Entries, "ScanEntries": l.ScanEntries}
+	for name, scan := range scans {
+		var got []*Record
+		if err := scan(ctx, 0, n, func(r *Record) error { got = append(got, r); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range got {
+			if r.Index != uint64(i) || string(r.Payload) != string(payload(i)) || string(r.Leaf.Key) != fmt.Sprint("key-", i) || r.Leaf.ID != fmt.Sprint("s-", i) {
+				t.Fatalf("%s: record %d after the scan: index %d, key %q, id %q, payload %.20q", name, i, r.Index, r.Leaf.Key, r.Leaf.ID, r.Payload)
+			}
+			if i > 0 && r == got[i-1] {
+				t.Fatalf("%s: records %d and %d are one record", name, i-1, i)
+			}
+		}
+		for i := 0; i+1 < n; i++ {
+			_ = append(got[i].Payload, "XXXXXXXX"...)
+			_ = append(got[i].Leaf.Key, "XXXXXXXX"...)
+			if string(got[i+1].Payload) != string(payload(i+1)) || string(got[i+1].Leaf.Key) != fmt.Sprint("key-", i+1) {
+				t.Fatalf("%s: an append to record %d's payload or key changed record %d's", name, i, i+1)
+			}
+		}
 	}
 }

@@ -123,8 +123,8 @@ func TestTableSpanEnds(t *testing.T) {
 // the entry tables compactions wrote (a move writes none) must be a small
 // part of the payloads. The control runs the settings the store had
 // before (level 0 compacted at four sublevels, flushes split at 2 MiB,
-// tiles sharing tables), under which compactions rewrite at least a quarter of
-// the entries.
+// tiles sharing tables), under which compactions rewrite at least a third
+// of the entries (half of them here).
 func TestEntriesMoveDown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("appends 120,000 entries")
@@ -194,13 +194,16 @@ func TestEntriesMoveDown(t *testing.T) {
 				t.Fatalf("flushed %d bytes of %d bytes of payloads: the appends did not go through flushes", flushed, payloads)
 			}
 			if before {
-				if rewritten < payloads/4 {
-					t.Errorf("before: compactions rewrote %d bytes of entry tables, under a quarter of the %d bytes of payloads; the control shows no rewrite", rewritten, payloads)
+				if rewritten < payloads/3 {
+					t.Errorf("before: compactions rewrote %d bytes of entry tables, under a third of the %d bytes of payloads; the control shows no rewrite", rewritten, payloads)
 				}
 				return
 			}
-			if rewritten > payloads/10 {
-				t.Errorf("compactions rewrote %d bytes of entry tables, over a tenth of the %d bytes of payloads", rewritten, payloads)
+			// 0.8 MB of 30 here (the first flush's tables); a compaction
+			// that falls behind the flushes and merges two tables of
+			// entries costs 4 MB.
+			if rewritten > payloads/5 {
+				t.Errorf("compactions rewrote %d bytes of entry tables, over a fifth of the %d bytes of payloads", rewritten, payloads)
 			}
 			if moved < payloads/2 {
 				t.Errorf("%d bytes of entry tables moved, under half the %d bytes of payloads", moved, payloads)

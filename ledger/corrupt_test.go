@@ -97,20 +97,14 @@ func newFaultBase(t *testing.T, n, per int) faultBase {
 // Open failed), Open's error and the handler's record.
 func (b faultBase) withFault(t *testing.T, edit func(db *pebble.DB) error) (*Store, error, *integrityLog) {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), "copy")
-	copyDir(t, b.cfg.dir, dir)
-	db, err := pebble.Open(dir, &pebble.Options{Logger: pebbleLogger{discard}})
-	if err != nil {
-		t.Fatalf("pebble open copy: %v", err)
-	}
-	if edit != nil {
+	dir := editedCopy(t, b.cfg.dir, func(db *pebble.DB) {
+		if edit == nil {
+			return
+		}
 		if err := edit(db); err != nil {
 			t.Fatalf("edit copy: %v", err)
 		}
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
+	})
 	rec := &integrityLog{}
 	cfg := b.cfg
 	cfg.dir = dir
@@ -121,6 +115,24 @@ func (b faultBase) withFault(t *testing.T, edit func(db *pebble.DB) error) (*Sto
 	}
 	t.Cleanup(func() { s.Close() })
 	return s, nil, rec
+}
+
+// editedCopy copies the store directory from into a temporary directory,
+// opens the copy with Pebble alone, lets edit change it and closes it. It
+// returns the copy's directory.
+func editedCopy(t *testing.T, from string, edit func(db *pebble.DB)) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "copy")
+	copyDir(t, from, dir)
+	db, err := pebble.Open(dir, &pebble.Options{Logger: pebbleLogger{discard}})
+	if err != nil {
+		t.Fatalf("pebble open copy: %v", err)
+	}
+	edit(db)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // mustFault is withFault for a fault the store must open with.

@@ -3,7 +3,6 @@ package ledger
 import (
 	"context"
 	"encoding/binary"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -59,45 +58,20 @@ func TestRepairIndex(t *testing.T) {
 				toLayout1(t, cfg.dir, "x", id, indexChunk+300)
 			}
 			damage := func(t *testing.T, extra func(*pebble.DB) error) string {
-				dir := filepath.Join(t.TempDir(), "copy")
-				copyDir(t, cfg.dir, dir)
-				db, err := pebble.Open(dir, &pebble.Options{Logger: pebbleLogger{discard}})
-				if err != nil {
-					t.Fatal(err)
-				}
-				key, at, _ := indexTarget(t, db, layout1, kindIDIndex, id, e)
-				edits := []func(*pebble.DB) error{flipByte(key, at)}
-				key, _, _ = indexTarget(t, db, layout1, kindHashIndex, id, f)
-				edits = append(edits, deleteKey(key))
-				if extra != nil {
-					edits = append(edits, extra)
-				}
-				for _, ed := range edits {
-					if err := ed(db); err != nil {
-						t.Fatal(err)
+				return editedCopy(t, cfg.dir, func(db *pebble.DB) {
+					key, at, _ := indexTarget(t, db, layout1, kindIDIndex, id, e)
+					edits := []func(*pebble.DB) error{flipByte(key, at)}
+					key, _, _ = indexTarget(t, db, layout1, kindHashIndex, id, f)
+					edits = append(edits, deleteKey(key))
+					if extra != nil {
+						edits = append(edits, extra)
 					}
-				}
-				if err := db.Close(); err != nil {
-					t.Fatal(err)
-				}
-				return dir
-			}
-			open := func(t *testing.T, dir string) (*Store, *Log) {
-				c := cfg
-				c.dir = dir
-				s := openTestStore(t, c)
-				return s, mustLog(t, s, "x")
-			}
-			repair := func(t *testing.T, dir string, dry bool) []IndexRepair {
-				s, l := open(t, dir)
-				reps, err := l.RepairIndex(context.Background(), dry, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := s.Close(); err != nil {
-					t.Fatal(err)
-				}
-				return reps
+					for _, ed := range edits {
+						if err := ed(db); err != nil {
+							t.Fatal(err)
+						}
+					}
+				})
 			}
 			want := func(t *testing.T, reps []IndexRepair, repaired bool, refused string) {
 				t.Helper()
@@ -119,7 +93,7 @@ func TestRepairIndex(t *testing.T) {
 				if fs := scrubIndexes(t, dir, 1); len(fs) != 2 {
 					t.Fatalf("findings %+v, want two", fs)
 				}
-				s, l := open(t, dir)
+				s, l := openCopy(t, cfg, dir)
 				res, err := l.Append(context.Background(), []Entry{uuidEntry(e)})
 				if err != nil {
 					t.Fatal(err)
@@ -134,18 +108,18 @@ func TestRepairIndex(t *testing.T) {
 			})
 			t.Run("repaired", func(t *testing.T) {
 				dir := damage(t, nil)
-				want(t, repair(t, dir, true), false, "")
+				want(t, repairCopy(t, cfg, dir, true), false, "")
 				if fs := scrubIndexes(t, dir, 1); len(fs) != 2 {
 					t.Fatalf("after a dry run: findings %+v, want the two still there", fs)
 				}
-				want(t, repair(t, dir, false), true, "")
+				want(t, repairCopy(t, cfg, dir, false), true, "")
 				if fs := scrubIndexes(t, dir, 1); len(fs) != 0 {
 					t.Fatalf("after the repair: findings %+v, want none", fs)
 				}
-				if reps := repair(t, dir, false); len(reps) != 0 {
+				if reps := repairCopy(t, cfg, dir, false); len(reps) != 0 {
 					t.Fatalf("a second repair: %+v, want nothing to do", reps)
 				}
-				s, l := open(t, dir)
+				s, l := openCopy(t, cfg, dir)
 				res, err := l.Append(context.Background(), []Entry{uuidEntry(e)})
 				if err != nil {
 					t.Fatal(err)
@@ -172,7 +146,7 @@ func TestRepairIndex(t *testing.T) {
 						t.Skip("the refusal does not depend on the layout")
 					}
 					dir := damage(t, c.edit)
-					want(t, repair(t, dir, false), false, c.refused)
+					want(t, repairCopy(t, cfg, dir, false), false, c.refused)
 					if fs := scrubIndexes(t, dir, 1); len(fs) != 2 {
 						t.Fatalf("after a refused repair: findings %+v, want the two still there", fs)
 					}
@@ -244,41 +218,15 @@ func TestRepairIndexLaterChunk(t *testing.T) {
 	}
 	var hashEntries []int64 // the entries of the deleted bucket
 	damage := func(t *testing.T) string {
-		dir := filepath.Join(t.TempDir(), "copy")
-		copyDir(t, cfg.dir, dir)
-		db, err := pebble.Open(dir, &pebble.Options{Logger: pebbleLogger{discard}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, at := records(t, db, idKey, e1)
-		hashEntries, _ = records(t, db, hashKey, e2)
-		for _, ed := range []func(*pebble.DB) error{flipByte(idKey, at), deleteKey(hashKey)} {
-			if err := ed(db); err != nil {
-				t.Fatal(err)
+		return editedCopy(t, cfg.dir, func(db *pebble.DB) {
+			_, at := records(t, db, idKey, e1)
+			hashEntries, _ = records(t, db, hashKey, e2)
+			for _, ed := range []func(*pebble.DB) error{flipByte(idKey, at), deleteKey(hashKey)} {
+				if err := ed(db); err != nil {
+					t.Fatal(err)
+				}
 			}
-		}
-		if err := db.Close(); err != nil {
-			t.Fatal(err)
-		}
-		return dir
-	}
-	open := func(t *testing.T, dir string) (*Store, *Log) {
-		c := cfg
-		c.dir = dir
-		s := openTestStore(t, c)
-		return s, mustLog(t, s, "x")
-	}
-	repair := func(t *testing.T, dir string, dry bool) []IndexRepair {
-		t.Helper()
-		s, l := open(t, dir)
-		reps, err := l.RepairIndex(context.Background(), dry, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
-		return reps
+		})
 	}
 	wantRepairs := func(t *testing.T, reps []IndexRepair, repaired bool) {
 		t.Helper()
@@ -304,7 +252,7 @@ func TestRepairIndexLaterChunk(t *testing.T) {
 		if f := fs[1]; f.Index != "leaf-hash" || f.Chunk != 2 || !slices.Contains(hashEntries, f.Entry) || !strings.Contains(f.Detail, "key missing") {
 			t.Errorf("finding %+v, want chunk 2 of the leaf-hash index, a key missing with an entry of %v", f, hashEntries)
 		}
-		s, l := open(t, dir)
+		s, l := openCopy(t, cfg, dir)
 		res, err := l.Append(context.Background(), []Entry{uuidEntry(e1)})
 		if err != nil {
 			t.Fatal(err)
@@ -320,15 +268,15 @@ func TestRepairIndexLaterChunk(t *testing.T) {
 	t.Run("repaired", func(t *testing.T) {
 		dir := damage(t)
 		before := scrubIndexes(t, dir, 3)
-		wantRepairs(t, repair(t, dir, true), false)
+		wantRepairs(t, repairCopy(t, cfg, dir, true), false)
 		if after := scrubIndexes(t, dir, 3); len(after) != 2 || !slices.Equal(after, before) {
 			t.Fatalf("after a dry run: findings %+v, want %+v still there", after, before)
 		}
-		wantRepairs(t, repair(t, dir, false), true)
+		wantRepairs(t, repairCopy(t, cfg, dir, false), true)
 		if fs := scrubIndexes(t, dir, 3); len(fs) != 0 {
 			t.Fatalf("after the repair: findings %+v, want none", fs)
 		}
-		s, l := open(t, dir)
+		s, l := openCopy(t, cfg, dir)
 		res, err := l.Append(context.Background(), []Entry{uuidEntry(e1)})
 		if err != nil {
 			t.Fatal(err)
@@ -354,4 +302,26 @@ func TestRepairIndexLaterChunk(t *testing.T) {
 		}
 		s.Close()
 	})
+}
+
+// openCopy opens the store of cfg copied to dir, and its log "x".
+func openCopy(t *testing.T, cfg testStoreConfig, dir string) (*Store, *Log) {
+	t.Helper()
+	cfg.dir = dir
+	s := openTestStore(t, cfg)
+	return s, mustLog(t, s, "x")
+}
+
+// repairCopy runs RepairIndex on log "x" of the store in dir and closes it.
+func repairCopy(t *testing.T, cfg testStoreConfig, dir string, dry bool) []IndexRepair {
+	t.Helper()
+	s, l := openCopy(t, cfg, dir)
+	reps, err := l.RepairIndex(context.Background(), dry, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return reps
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"math/rand/v2"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -181,16 +180,10 @@ func TestScrubIndexChunks(t *testing.T) {
 			}
 			for _, ed := range edits {
 				t.Run(ed.name, func(t *testing.T) {
-					dir := filepath.Join(t.TempDir(), "copy")
-					copyDir(t, base, dir)
-					db, err := pebble.Open(dir, &pebble.Options{Logger: pebbleLogger{discard}})
-					if err != nil {
-						t.Fatal(err)
-					}
-					index, entry, what := ed.do(t, db)
-					if err := db.Close(); err != nil {
-						t.Fatal(err)
-					}
+					var index string
+					var entry int64
+					var what string
+					dir := editedCopy(t, base, func(db *pebble.DB) { index, entry, what = ed.do(t, db) })
 					fs := scrubIndexes(t, dir, 1)
 					if ed.clean {
 						if len(fs) != 0 {

@@ -83,9 +83,7 @@ func newFaultBase(t *testing.T, n, per int) faultBase {
 	if _, err := l.WaitCheckpoint(testCtx(t, 30e9), uint64(n)); err != nil {
 		t.Fatal(err)
 	}
-	testStoresMu.Lock()
-	cfg := testStores[s]
-	testStoresMu.Unlock()
+	cfg := testConfig(t, s)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -109,7 +109,7 @@ func TestPackedIDTampered(t *testing.T) {
 	s, _ := newTestStore(t, WithCheckpointInterval(0))
 	l := mustCreateLog(t, s, "c")
 	appendUUIDs(t, l, 0, 300)
-	base := faultBase{cfg: testStores[s], id: l.id, size: 300}
+	base := faultBase{cfg: testConfig(t, s), id: l.id, size: 300}
 	s.Close()
 	for _, c := range []struct {
 		name string
@@ -178,7 +178,7 @@ func TestLayout1Store(t *testing.T) {
 	}
 	t.Parallel()
 	s, _ := newTestStore(t, WithCheckpointInterval(0))
-	cfg := testStores[s]
+	cfg := testConfig(t, s)
 	// Pebble's format as layout 1 created it; Open ratchets it.
 	s.Close()
 	cfg.dir = t.TempDir()
@@ -416,7 +416,7 @@ func TestPackedBucketMalformed(t *testing.T) {
 	l := mustCreateLog(t, s, "c")
 	n := indexChunk + 10
 	appendUUIDs(t, l, 0, n)
-	base := faultBase{cfg: testStores[s], id: l.id, size: uint64(n)}
+	base := faultBase{cfg: testConfig(t, s), id: l.id, size: uint64(n)}
 	s.Close()
 	e := uuidEntry(5)
 	bucket := byte(idHash(e.ID) >> 56)
@@ -505,7 +505,7 @@ func TestFilterV1TablesStillRead(t *testing.T) {
 	if err := s.Compact(); err != nil {
 		t.Fatal(err)
 	}
-	cfg := testStores[s]
+	cfg := testConfig(t, s)
 	s.Close()
 	// The same directory with the current filter.
 	cfg.opts = append(cfg.opts, func(o *options) { o.tune = nil })

@@ -35,9 +35,7 @@ func TestRepairIndex(t *testing.T) {
 			s, _ := newTestStore(t, WithCheckpointInterval(0))
 			l := mustCreateLog(t, s, "x")
 			appendUUIDs(t, l, 0, indexChunk+300)
-			testStoresMu.Lock()
-			cfg := testStores[s]
-			testStoresMu.Unlock()
+			cfg := testConfig(t, s)
 			id := l.id
 			recF, err := l.Entry(f)
 			if err != nil {
@@ -175,9 +173,7 @@ func TestRepairIndexLaterChunk(t *testing.T) {
 	s, _ := newTestStore(t, WithCheckpointInterval(0))
 	l := mustCreateLog(t, s, "x")
 	appendUUIDs(t, l, 0, n)
-	testStoresMu.Lock()
-	cfg := testStores[s]
-	testStoresMu.Unlock()
+	cfg := testConfig(t, s)
 	id := l.id
 	rec2, err := l.Entry(e2)
 	if err != nil {

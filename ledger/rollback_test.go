@@ -37,9 +37,7 @@ type rollbackFixture struct {
 func newRollbackFixture(t *testing.T, commits, per int, opts ...Option) *rollbackFixture {
 	t.Helper()
 	s, _ := newTestStore(t, append([]Option{WithCheckpointInterval(1)}, opts...)...)
-	testStoresMu.Lock()
-	cfg := testStores[s]
-	testStoresMu.Unlock()
+	cfg := testConfig(t, s)
 	f := &rollbackFixture{cfg: cfg, log: "rb", notes: map[uint64][]byte{}}
 	l := mustCreateLog(t, s, f.log)
 	if cp := l.Checkpoint(); cp != nil { // the empty log's, signed at creation
@@ -328,9 +326,7 @@ func TestRollbackReadOnly(t *testing.T) {
 func twoStores(t *testing.T, opts ...Option) (a, b *Store) {
 	t.Helper()
 	a, _ = newTestStore(t, opts...)
-	testStoresMu.Lock()
-	cfg := testStores[a]
-	testStoresMu.Unlock()
+	cfg := testConfig(t, a)
 	cfg.dir = t.TempDir()
 	return a, openTestStore(t, cfg)
 }
@@ -352,9 +348,7 @@ func copyFile(t *testing.T, from, to string) {
 // the result is closed by the caller.
 func closeAndOpen(t *testing.T, s *Store, extra ...Option) (*Store, error) {
 	t.Helper()
-	testStoresMu.Lock()
-	cfg := testStores[s]
-	testStoresMu.Unlock()
+	cfg := testConfig(t, s)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -475,9 +469,7 @@ func TestCheckpointFileTampered(t *testing.T) {
 // it for reopen and cleanup; the checkpoint file of x is restored first.
 func reopenDir(t *testing.T, s *Store) *Store {
 	t.Helper()
-	testStoresMu.Lock()
-	cfg := testStores[s]
-	testStoresMu.Unlock()
+	cfg := testConfig(t, s)
 	if err := os.Remove(cpFile(s, "x")); err != nil {
 		t.Fatal(err)
 	}

@@ -22,9 +22,7 @@ func indexBase(t *testing.T, layout1 bool) (dir string, id uint32) {
 	l := mustCreateLog(t, s, "x")
 	n := indexChunk + 300
 	appendUUIDs(t, l, 0, n)
-	testStoresMu.Lock()
-	dir = testStores[s].dir
-	testStoresMu.Unlock()
+	dir = testConfig(t, s).dir
 	id = l.id
 	if err := s.Close(); err != nil {
 		t.Fatal(err)

@@ -149,7 +149,7 @@ func TestOpenRaw(t *testing.T) {
 	if _, err := l.Append(context.Background(), []Entry{{ID: "x", Payload: []byte("1")}}); err != nil {
 		t.Fatal(err)
 	}
-	cfg := testStores[s]
+	cfg := testConfig(t, s)
 	if _, err := OpenRaw(cfg.dir); err == nil {
 		t.Fatal("OpenRaw of a store a Store holds succeeded")
 	}

@@ -74,16 +74,25 @@ func openTestStore(t testing.TB, cfg testStoreConfig) *Store {
 	return s
 }
 
-// reopen closes s and opens the same directory again with the same key and
-// options.
-func reopen(t testing.TB, s *Store) *Store {
+// testConfig returns the directory, key and options s was opened with.
+// Parallel tests open stores at the same time, so every read of testStores
+// goes through here, under its lock.
+func testConfig(t testing.TB, s *Store) testStoreConfig {
 	t.Helper()
 	testStoresMu.Lock()
 	cfg, ok := testStores[s]
 	testStoresMu.Unlock()
 	if !ok {
-		t.Fatal("reopen: store was not opened by newTestStore")
+		t.Fatal("store was not opened by newTestStore")
 	}
+	return cfg
+}
+
+// reopen closes s and opens the same directory again with the same key and
+// options.
+func reopen(t testing.TB, s *Store) *Store {
+	t.Helper()
+	cfg := testConfig(t, s)
 	if err := s.Close(); err != nil {
 		t.Fatalf("close store: %v", err)
 	}

@@ -19,8 +19,9 @@ const compareUsage = `Usage: auditd-bench compare [-mode single|batch] [flags]
 
 Drives several HTTP ingestion servers, each a child process started fresh
 (new temporary data directory) for every round, with identical clients
-(one keep-alive http.Transport per target, as many idle connections as
--concurrency), payloads and duration, in interleaved rounds (A B A B ...).
+(one keep-alive connection pool per target, as many connections as
+-concurrency; -client picks net/http or fasthttp), payloads and duration,
+in interleaved rounds (A B A B ...).
 For each round and target it reports events/s, the server's CPU per event
 (utime+stime of the child from /proc/PID/stat over the measured window),
 the ack latency (POST start to response) and the time from POST start to
@@ -56,6 +57,7 @@ type compareFlags struct {
 	cpWait      time.Duration
 	jsonOut     string
 	profileDir  string
+	client      string
 }
 
 // targetSpec is one -targets entry.
@@ -85,12 +87,16 @@ func parseCompareFlags(args []string) (compareFlags, error) {
 	fs.DurationVar(&f.cpWait, "checkpoint-wait", 10*time.Second, "after a round, how long to wait for the checkpoints covering its acks")
 	fs.StringVar(&f.jsonOut, "json", "", "also write the results as JSON to this file")
 	fs.StringVar(&f.profileDir, "profile-dir", "", "after the rounds, one more unmeasured round per target that serves /debug/pprof (auditd, decodeonly), saving a CPU profile of its window to DIR/MODE_LABEL.pprof")
+	fs.StringVar(&f.client, "client", "nethttp", "the load generator's HTTP client, the same for every target: nethttp (net/http, ~45 µs CPU per request here) or fasthttp (valyala/fasthttp, lighter, so more of the 2 cores go to the servers)")
 	fs.Usage = func() { fmt.Fprint(fs.Output(), compareUsage); fs.PrintDefaults() }
 	if err := parseFlags(fs, args); err != nil {
 		return f, err
 	}
 	if f.mode != "single" && f.mode != "batch" {
 		return f, usageError{fmt.Errorf("-mode %q: want single or batch", f.mode)}
+	}
+	if f.client != "nethttp" && f.client != "fasthttp" {
+		return f, usageError{fmt.Errorf("-client %q: want nethttp or fasthttp", f.client)}
 	}
 	if f.mode == "single" {
 		f.batch = 1

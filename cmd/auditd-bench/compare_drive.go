@@ -90,7 +90,7 @@ func runRound(ctx context.Context, t *target, f compareFlags, round int, tmp, pr
 // load is the shared state of a round's workers.
 type load struct {
 	srv      *running
-	client   *http.Client
+	client   poster
 	bodies   *loadtest.Bodies
 	batch    int
 	phase    atomic.Int32
@@ -104,9 +104,9 @@ type load struct {
 
 // drive runs the round's load on srv and fills res.
 func drive(ctx context.Context, srv *running, f compareFlags, bodies *loadtest.Bodies, profile string, res *roundResult) error {
-	tr := &http.Transport{MaxIdleConns: f.concurrency, MaxIdleConnsPerHost: f.concurrency, IdleConnTimeout: time.Minute, DisableCompression: true}
-	defer tr.CloseIdleConnections()
-	ld := &load{srv: srv, client: &http.Client{Transport: tr, Timeout: time.Minute}, bodies: bodies, batch: f.batch}
+	client := newPoster(f.client, srv.postURL, srv.contentType, f.concurrency)
+	defer client.close()
+	ld := &load{srv: srv, client: client, bodies: bodies, batch: f.batch}
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var polled sync.WaitGroup
@@ -221,22 +221,8 @@ func (ld *load) work(ctx context.Context) {
 
 // post sends one body and returns the tree size its ack reports.
 func (ld *load) post(ctx context.Context, body []byte, resp *bytes.Buffer) (uint64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ld.srv.postURL, bytes.NewReader(body))
-	if err != nil {
+	if err := ld.client.post(ctx, body, resp); err != nil {
 		return 0, err
-	}
-	req.Header.Set("Content-Type", ld.srv.contentType)
-	r, err := ld.client.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer r.Body.Close()
-	resp.Reset()
-	if _, err := resp.ReadFrom(r.Body); err != nil {
-		return 0, err
-	}
-	if r.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("POST %s: %s: %.300s", ld.srv.postURL, r.Status, resp.Bytes())
 	}
 	return ld.srv.size(resp.Bytes())
 }

@@ -30,6 +30,7 @@ func TestCompareUsageErrors(t *testing.T) {
 		"ref":           {"compare", "-ref", "kafka"},
 		"rounds":        {"compare", "-rounds", "0"},
 		"payload":       {"compare", "-payload", "20"},
+		"client":        {"compare", "-client", "curl"},
 		"missing exe":   {"compare", "-targets", "auditd=/no/such/auditd,decodeonly"},
 		"decodeonly":    {"decodeonly", "--no-such-flag"},
 	} {
@@ -117,6 +118,10 @@ func TestCompareSmall(t *testing.T) {
 	if r := sum["decodeonly"].RateRatio; r != 1 {
 		t.Errorf("the reference's own ratio is %v", r)
 	}
+	// The lighter client drives the same servers to the same figures.
+	sum = compareRun(t, append(common, "-mode", "single", "-concurrency", "64", "-client", "fasthttp", "-targets", "auditd,decodeonly")...)
+	check(sum, "auditd", true)
+	check(sum, "decodeonly", false)
 	tessera, err := tesseraBinary("")
 	if err != nil {
 		t.Skipf("single mode against Tessera: %v", err)

@@ -62,8 +62,8 @@ func TestScanEntries(t *testing.T) {
 // keep: records, payloads and keys come from shared blocks, yet each kept
 // record still holds its own entry after the scan has gone on past the
 // blocks' ends (256 records; 64 KiB of payloads and keys, here 1,200-byte
-// payloads), and an append to one payload or key leaves the next one's
-// bytes alone.
+// payloads and some of 9,000 bytes, past the 8 KiB a block hands out), and
+// an append to one payload or key leaves the next one's bytes alone.
 func TestScanRecordsOwnTheirBytes(t *testing.T) {
 	t.Parallel()
 	s, _ := newTestStore(t)
@@ -71,7 +71,13 @@ func TestScanRecordsOwnTheirBytes(t *testing.T) {
 	ctx := context.Background()
 	const n = 700
 	payload := func(i int) []byte {
-		return fmt.Appendf(nil, `{"n":%d,"pad":%q}`, i, strings.Repeat(string(rune('a'+i%26)), 1200))
+		// Every 50th payload is past the 8 KiB a block hands out, so it
+		// gets its own allocation between ones from the blocks.
+		pad := 1200
+		if i%50 == 7 {
+			pad = 9000
+		}
+		return fmt.Appendf(nil, `{"n":%d,"pad":%q}`, i, strings.Repeat(string(rune('a'+i%26)), pad))
 	}
 	var es []Entry
 	for i := range n {

@@ -15,12 +15,15 @@ import (
 // 64-byte block, so a test costs one cache miss per layer. A "maybe" costs
 // far more: a storage lookup that seeks every index chunk of the log (150
 // for 10M entries), so the layers spend 24 bits a key to keep them rare
-// (0.02% of new ids, against 0.16% at the 16 bits a key it took before). Block counts are not rounded to
-// powers of two: a key's block is its hash scaled to the count. A key is an
-// idHash, of which the filter takes the top 40 bits (what a packed id
-// index bucket keeps, so the open can rebuild the filter from the index:
-// see indexpack.go), mixed into 64 uniformly random bits. (github.com/bits-and-blooms/bloom, tried first, rehashes
-// every key and probes a cache line per bit: it was 8% of the append path.)
+// (0.02% of new ids, against 0.16% at the 16 bits a key they took before).
+// Block counts are not rounded to powers of two: a key's block is its hash
+// scaled to the count.
+//
+// A key is an idHash, of which the filter takes the top 40 bits (what a
+// packed id index bucket keeps, so the open can rebuild the filter from the
+// index: see indexpack.go), mixed into 64 uniformly random bits.
+// (github.com/bits-and-blooms/bloom, tried first, rehashes every key and
+// probes a cache line per bit: it was 8% of the append path.)
 type idFilter struct {
 	layers []*blockedBloom
 	count  uint64 // keys in the newest layer

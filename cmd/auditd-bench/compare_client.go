@@ -64,8 +64,8 @@ func (p *netPoster) post(ctx context.Context, body []byte, resp *bytes.Buffer) e
 
 func (p *netPoster) close() { p.tr.CloseIdleConnections() }
 
-// fastPoster is valyala/fasthttp's client: it reuses its request and
-// response objects and parses less, so on a machine the generator shares
+// fastPoster is valyala/fasthttp's client: it takes its request and
+// response objects from pools and parses less, so on a machine the generator shares
 // with the server it takes fewer of the cores the servers compete for.
 // It does not watch ctx: a request in flight when a round ends finishes
 // (or times out) on its own.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"golang.org/x/mod/sumdb/note"
+
+	"github.com/auditd/auditd/merkle"
 )
 
 // ErrPolicy reports a checkpoint without the cosignatures a policy asks
@@ -41,13 +43,14 @@ func NewPolicy(threshold int, vkeys ...string) (Policy, error) {
 // Check verifies the cosignatures on a signed checkpoint and returns the
 // names of the witnesses whose cosignatures verify, or an error wrapping
 // ErrPolicy when fewer than Threshold do. A cosignature line that names a
-// policy key but does not verify is an error. The log's own signature is
-// checked separately (merkle.OpenCheckpoint); unknown lines are ignored.
+// policy key but does not verify is an error, even beside a good line of
+// the same key (merkle.OpenNote). The log's own signature is checked
+// separately (merkle.OpenCheckpoint); unknown lines are ignored.
 func (p Policy) Check(signed []byte) ([]string, error) {
 	if p.Threshold <= 0 {
 		return nil, nil
 	}
-	n, err := note.Open(signed, note.VerifierList(p.Verifiers...))
+	n, err := merkle.OpenNote(signed, note.VerifierList(p.Verifiers...))
 	var unverified *note.UnverifiedNoteError
 	switch {
 	case errors.As(err, &unverified):

@@ -167,6 +167,8 @@ func TestPolicy(t *testing.T) {
 		{"one and an outsider", cosign(t, one, outsider), false},
 		{"two", two, true},
 		{"two, one forged", append(append([]byte(nil), one...), bytes.Replace(two[len(one):], []byte("— w3.example "), []byte("— w3.example A"), 1)...), false},
+		{"two, then a bad line of one of them", append(bytes.Clone(two), corruptLine(t, string(one[len(signed):]))...), false},
+		{"two and an outsider's garbage", append(bytes.Clone(two), "— w4.example AAAAAAAAAAAA\n"...), true},
 	} {
 		names, err := p.Check(tc.note)
 		if tc.ok != (err == nil) {
@@ -182,6 +184,19 @@ func TestPolicy(t *testing.T) {
 	if p, _ := NewPolicy(0, w1.VerifierKey(), w2.VerifierKey()); p.Threshold != 2 {
 		t.Errorf("threshold 0 means all: got %d", p.Threshold)
 	}
+}
+
+// corruptLine returns the signature line with the last bit of its
+// signature flipped (its key hash kept).
+func corruptLine(t *testing.T, line string) string {
+	t.Helper()
+	name, b64, _ := strings.Cut(strings.TrimSuffix(strings.TrimPrefix(line, "\u2014 "), "\n"), " ")
+	sig, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil || len(sig) < 5 {
+		t.Fatalf("not a signature line: %q", line)
+	}
+	sig[len(sig)-1] ^= 1
+	return "\u2014 " + name + " " + base64.StdEncoding.EncodeToString(sig) + "\n"
 }
 
 func TestRequestRoundTrip(t *testing.T) {

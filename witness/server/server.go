@@ -50,11 +50,19 @@ var (
 	ErrOldSize       = errors.New("witness: old size is larger than the checkpoint's size") // 400
 )
 
-// ConflictError says the old size of a request is not the size the
-// witness last cosigned for the log (409, with Known in the body).
-type ConflictError struct{ Known uint64 }
+// ConflictError is a 409, with Known (the size the witness last cosigned
+// for the log) in the body: the old size of a request is not Known, or
+// (OtherRoot) the checkpoint is of size Known but not the one the witness
+// cosigned at that size.
+type ConflictError struct {
+	Known     uint64
+	OtherRoot bool
+}
 
 func (e *ConflictError) Error() string {
+	if e.OtherRoot {
+		return fmt.Sprintf("witness: the checkpoint of size %d has another root than the one cosigned at that size", e.Known)
+	}
 	return fmt.Sprintf("witness: old size does not match the known size %d", e.Known)
 }
 
@@ -80,7 +88,7 @@ func New(store Store, signer note.Signer, logs []Log, logger *slog.Logger) (*Ser
 	s := &Server{store: store, signer: signer, logs: map[string]note.Verifier{}, log: logger,
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "witness_add_checkpoint_requests_total",
-			Help: "add-checkpoint requests this witness answered, by result (ok, conflict, unknown_origin, bad_signature, bad_proof, malformed, error).",
+			Help: "add-checkpoint requests this witness answered, by result (ok, conflict (also another root at the known size), unknown_origin, bad_signature, bad_proof, malformed, error).",
 		}, []string{"result"})}
 	for _, l := range logs {
 		if l.Origin == "" || strings.Contains(l.Origin, "\n") || l.Verifier == nil {
@@ -135,13 +143,23 @@ func (s *Server) AddCheckpoint(body []byte) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownOrigin, origin)
 	}
-	n, err := note.Open(req.Checkpoint, note.VerifierList(v))
+	// merkle.OpenNote, not note.Open: a bad signature line of the log's
+	// key is refused even next to a good one (c2sp.org/signed-note).
+	n, err := merkle.OpenNote(req.Checkpoint, note.VerifierList(v))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadSignature, err)
 	}
 	c, err := merkle.ParseCheckpoint([]byte(n.Text))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", witness.ErrMalformed, err)
+	}
+	if c.Size == 0 && c.Root != merkle.EmptyRoot() {
+		// The tree of size 0 has one root, SHA-256 of the empty string
+		// (RFC 6962, 2.1): this checkpoint contradicts itself, whatever
+		// the witness knows, so it is a bad request (400). Not 403: its
+		// signature verifies. Not 409: no old size the client could
+		// resend makes it right. Not 422: there is no proof to blame.
+		return nil, fmt.Errorf("%w: a checkpoint of size 0 with root %s, not the empty tree's %s", witness.ErrMalformed, c.Root, merkle.EmptyRoot())
 	}
 	if req.OldSize > c.Size {
 		return nil, fmt.Errorf("%w: old %d, checkpoint %d", ErrOldSize, req.OldSize, c.Size)
@@ -154,6 +172,19 @@ func (s *Server) AddCheckpoint(body []byte) ([]byte, error) {
 	}
 	if req.OldSize != known {
 		return nil, &ConflictError{Known: known}
+	}
+	if known == 0 {
+		root = merkle.EmptyRoot() // State's zero hash when it holds nothing
+	}
+	if c.Size == known && c.Root != root {
+		// c2sp.org/tlog-witness: "If the old size matches the checkpoint
+		// size, the witness MUST check that the root hashes are also
+		// identical. If they don't match, the witness MUST respond with a
+		// 409 Conflict". Two roots signed for one size are a fork; the
+		// spec lets the witness log the evidence.
+		s.log.Warn("witness: the log signed another root for the size it cosigned",
+			"origin", origin, "size", known, "cosigned_root", root, "root", c.Root, "checkpoint", string(req.Checkpoint))
+		return nil, &ConflictError{Known: known, OtherRoot: true}
 	}
 	if known == 0 && len(req.Proof) > 0 {
 		return nil, fmt.Errorf("%w: a proof from size 0 is empty, got %d hashes", ErrBadProof, len(req.Proof))

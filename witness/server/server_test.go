@@ -1,8 +1,11 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -192,7 +195,8 @@ func TestAddCheckpointBadInput(t *testing.T) {
 		{"proof that does not verify", req(5, tampered, cp9.Note), http.StatusUnprocessableEntity, ""},
 		{"proof of another tree", req(5, forkProof, fork9.Note), http.StatusUnprocessableEntity, ""},
 		{"no proof", req(5, nil, cp9.Note), http.StatusUnprocessableEntity, ""},
-		{"same size, other root", req(5, nil, fork5.Note), http.StatusUnprocessableEntity, ""},
+		{"same size, other root", req(5, nil, fork5.Note), http.StatusConflict, "5\n"},
+		{"same size, other root, with a proof", req(5, proof, fork5.Note), http.StatusConflict, "5\n"},
 		{"size below the known one", req(0, nil, cp3.Note), http.StatusConflict, "5\n"},
 		{"old size below the known one", req(3, proof, cp9.Note), http.StatusConflict, "5\n"},
 		{"old size above the known one", req(7, nil, cp9.Note), http.StatusConflict, "5\n"},
@@ -229,5 +233,125 @@ func TestAddCheckpointFirstNeedsNoProof(t *testing.T) {
 	}
 	if size, root := f.state(t); size != 0 || root != (merkle.Hash{}) {
 		t.Errorf("state %d %s, want none", size, root)
+	}
+}
+
+// TestAddCheckpointSameSizeOtherRoot: a checkpoint of the size the witness
+// holds (past 1024) with another root is a 409 with that size
+// (c2sp.org/tlog-witness), not a 422, with a proof or without; the state
+// stays, and the checkpoint it holds is still cosigned again.
+func TestAddCheckpointSameSizeOtherRoot(t *testing.T) {
+	f := newFixture(t)
+	_, cp := grow(t, f.logStore, "payments", "a", 1025)
+	if cp.Size != 1030 {
+		t.Fatalf("log size %d, want 1030", cp.Size)
+	}
+	if code, _, body := f.post(t, req(0, nil, cp.Note)); code != http.StatusOK {
+		t.Fatalf("first add-checkpoint: %d %s", code, body)
+	}
+	forkLog, fork := grow(t, ledgertest.Open(t, ledgertest.WithKey(f.logKey), fastLedger()), "payments", "b", 1030)
+	if fork.Size != cp.Size || fork.Root == cp.Root {
+		t.Fatalf("fork %d %s, want size %d and another root", fork.Size, fork.Root, cp.Size)
+	}
+	forkProof, err := forkLog.ConsistencyProof(1000, 1030)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, body := range [][]byte{req(cp.Size, nil, fork.Note), req(cp.Size, forkProof, fork.Note)} {
+		code, ctype, resp := f.post(t, body)
+		if code != http.StatusConflict || resp != "1030\n" || ctype != "text/x.tlog.size" {
+			t.Errorf("same size, other root: %d %q %q, want 409 \"1030\\n\" text/x.tlog.size", code, resp, ctype)
+		}
+		if size, root := f.state(t); size != cp.Size || root != cp.Root {
+			t.Errorf("state %d %s, want %d %s", size, root, cp.Size, cp.Root)
+		}
+	}
+	var conflict *ConflictError
+	if _, err := f.srv.AddCheckpoint(req(cp.Size, nil, fork.Note)); !errors.As(err, &conflict) || !conflict.OtherRoot || conflict.Known != cp.Size {
+		t.Errorf("AddCheckpoint: %v, want a *ConflictError with OtherRoot and Known %d", err, cp.Size)
+	}
+	if code, _, body := f.post(t, req(cp.Size, nil, cp.Note)); code != http.StatusOK {
+		t.Errorf("the held checkpoint again: %d %s", code, body)
+	}
+}
+
+// TestAddCheckpointEmptyTree: a checkpoint of size 0 must carry the root of
+// the empty tree (SHA-256 of ""); with any other root it is refused (400)
+// and the witness holds nothing, whatever state it is in. The real one is
+// cosigned, and the log grows from it past 1024 without a proof.
+func TestAddCheckpointEmptyTree(t *testing.T) {
+	f := newFixture(t)
+	sign := func(root merkle.Hash) []byte {
+		b, err := merkle.Checkpoint{Origin: f.log.Origin(), Size: 0, Root: root}.Sign(f.logKey.Signer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for _, root := range []merkle.Hash{{}, merkle.LeafHash(nil), f.log.Checkpoint().Root} {
+		if code, _, body := f.post(t, req(0, nil, sign(root))); code != http.StatusBadRequest {
+			t.Errorf("size 0, root %s: %d %s, want 400", root, code, body)
+		}
+		if size, root := f.state(t); size != 0 || root != (merkle.Hash{}) {
+			t.Fatalf("state %d %s, want none", size, root)
+		}
+	}
+	if code, _, body := f.post(t, req(0, nil, sign(merkle.EmptyRoot()))); code != http.StatusOK {
+		t.Fatalf("size 0 with the empty root: %d %s", code, body)
+	}
+	if size, root := f.state(t); size != 0 || root != merkle.EmptyRoot() {
+		t.Fatalf("state %d %s, want 0 and the empty root", size, root)
+	}
+	if code, _, body := f.post(t, req(0, nil, sign(merkle.LeafHash(nil)))); code != http.StatusBadRequest {
+		t.Errorf("size 0 with another root after the empty one: %d %s, want 400", code, body)
+	}
+	_, cp := grow(t, f.logStore, "payments", "a", 1020)
+	if code, _, body := f.post(t, req(0, nil, cp.Note)); code != http.StatusOK {
+		t.Fatalf("0 -> %d: %d %s", cp.Size, code, body)
+	}
+	if code, _, body := f.post(t, req(0, nil, sign(merkle.LeafHash(nil)))); code != http.StatusBadRequest {
+		t.Errorf("size 0 with another root after %d: %d %s, want 400", cp.Size, code, body)
+	}
+	if size, root := f.state(t); size != cp.Size || root != cp.Root {
+		t.Errorf("state %d %s, want %d %s", size, root, cp.Size, cp.Root)
+	}
+}
+
+// corruptLine returns the signature line with the last bit of its signature
+// flipped (its key hash kept).
+func corruptLine(t *testing.T, line string) string {
+	t.Helper()
+	name, b64, _ := strings.Cut(strings.TrimSuffix(strings.TrimPrefix(line, "\u2014 "), "\n"), " ")
+	sig, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil || len(sig) < 5 {
+		t.Fatalf("not a signature line: %q", line)
+	}
+	sig[len(sig)-1] ^= 1
+	return "\u2014 " + name + " " + base64.StdEncoding.EncodeToString(sig) + "\n"
+}
+
+// TestAddCheckpointBadLineOfLogKey: a checkpoint with a good signature line
+// of the log's key and a second one of the same key that does not verify is
+// refused (403, c2sp.org/signed-note); a garbage line of an unknown key is
+// ignored.
+func TestAddCheckpointBadLineOfLogKey(t *testing.T) {
+	f := newFixture(t)
+	_, cp := grow(t, f.logStore, "payments", "a", 1025)
+	i := bytes.LastIndex(cp.Note, []byte("\n\n"))
+	good := string(cp.Note[i+2:])
+	bad := corruptLine(t, good)
+	unknown := "\u2014 other.example " + base64.StdEncoding.EncodeToString([]byte("1234 not a signature")) + "\n"
+	if code, _, body := f.post(t, req(0, nil, append(bytes.Clone(cp.Note), bad...))); code != http.StatusForbidden {
+		t.Errorf("good line, then a bad one of the log's key: %d %s, want 403", code, body)
+	}
+	if size, _ := f.state(t); size != 0 {
+		t.Fatalf("the refused checkpoint set the state to size %d", size)
+	}
+	code, _, body := f.post(t, req(0, nil, append(bytes.Clone(cp.Note), unknown...)))
+	if code != http.StatusOK {
+		t.Fatalf("an unknown key's garbage line: %d %s, want 200", code, body)
+	}
+	if _, err := note.Open(append(bytes.Clone(cp.Note), body...), note.VerifierList(f.vkey)); err != nil {
+		t.Errorf("cosignature %q does not verify: %v", body, err)
 	}
 }

@@ -31,22 +31,24 @@ const (
 	KindDerivationError Kind = "derivation_error" // a derivation failed to run
 	KindStoreError      Kind = "store_error"      // a derived store could not be read
 	KindIntegrity       Kind = "integrity"        // the ledger saw an integrity violation
+	KindStorage         Kind = "storage"          // the ledger cannot write: its disk is nearly full, or a write failed
 )
 
 // Kinds lists every kind.
-var Kinds = []Kind{KindDrift, KindDerivationError, KindStoreError, KindIntegrity}
+var Kinds = []Kind{KindDrift, KindDerivationError, KindStoreError, KindIntegrity, KindStorage}
 
 // Valid reports whether k is one of [Kinds].
 func (k Kind) Valid() bool {
 	switch k {
-	case KindDrift, KindDerivationError, KindStoreError, KindIntegrity:
+	case KindDrift, KindDerivationError, KindStoreError, KindIntegrity, KindStorage:
 		return true
 	}
 	return false
 }
 
 // AlertName is the Alertmanager "alertname" label of the kind's alerts:
-// AuditdDrift, AuditdDerivationError, AuditdStoreError, AuditdIntegrity.
+// AuditdDrift, AuditdDerivationError, AuditdStoreError, AuditdIntegrity,
+// AuditdStorage.
 func (k Kind) AlertName() string {
 	switch k {
 	case KindDrift:
@@ -57,6 +59,8 @@ func (k Kind) AlertName() string {
 		return "AuditdStoreError"
 	case KindIntegrity:
 		return "AuditdIntegrity"
+	case KindStorage:
+		return "AuditdStorage"
 	}
 	return "Auditd"
 }

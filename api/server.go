@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"maps"
 	"net/http"
 	"strings"
 	"time"
@@ -289,7 +290,9 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// readyz reports not ready while any log's writer has stopped on an error.
+// readyz reports not ready while any log's writer has stopped on an error,
+// while the ledger refuses appends for lack of disk space ("reason":
+// "disk_full"), and while s.opts.Ready says so.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	var failed []string
 	for _, li := range s.store.Logs() {
@@ -298,25 +301,29 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	// With reads protected, the unauthenticated probe learns only ready or
-	// not: no log names, no error text (the log has them).
+	// not, and why in one word: no log names, no error text (the log has
+	// them).
 	private := s.opts.ReadToken != ""
-	if len(failed) > 0 {
+	notReady := func(reason string, detail map[string]any) {
+		out := map[string]any{"status": "not ready", "reason": reason}
 		if private {
-			s.log.Debug("not ready", "failed_logs", failed)
-			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not ready"})
-			return
+			s.log.Debug("not ready", "reason", reason, "detail", detail)
+		} else {
+			maps.Copy(out, detail)
 		}
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not ready", "failed_logs": failed})
+		writeJSON(w, http.StatusServiceUnavailable, out)
+	}
+	if len(failed) > 0 {
+		notReady("log_failed", map[string]any{"failed_logs": failed})
+		return
+	}
+	if err := s.store.NoSpace(); err != nil {
+		notReady("disk_full", map[string]any{"error": err.Error()})
 		return
 	}
 	if s.opts.Ready != nil {
 		if err := s.opts.Ready(); err != nil {
-			if private {
-				s.log.Debug("not ready", "err", err)
-				writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not ready"})
-				return
-			}
-			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not ready", "error": err.Error()})
+			notReady("not_ready", map[string]any{"error": err.Error()})
 			return
 		}
 	}
@@ -404,6 +411,11 @@ func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusInternalServerError, "integrity", err.Error(), extra)
 	case errors.Is(err, ledger.ErrReadOnly):
 		writeError(w, http.StatusServiceUnavailable, "read_only", err.Error(), nil)
+	case errors.Is(err, ledger.ErrNoSpace):
+		// Nothing of the request was written; it may be retried once
+		// space is freed (the ledger resumes by itself).
+		w.Header().Set("Retry-After", "10")
+		writeError(w, http.StatusServiceUnavailable, "disk_full", err.Error(), nil)
 	case errors.Is(err, ledger.ErrClosed), errors.Is(err, ledger.ErrFailed):
 		writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error(), nil)
 	default:

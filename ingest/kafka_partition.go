@@ -218,8 +218,24 @@ func (p *partition) append(recs []*kgo.Record, built []ledger.Entry) error {
 // entry whose id is taken to a fallback id until the log takes them all.
 func (p *partition) appendEntries(ctx context.Context, entries []ledger.Entry, pos *Position) error {
 	var tries []int // by entry: the fallback ids tried
+	wait := 100 * time.Millisecond
 	for {
 		_, err := p.log.AppendSource(ctx, entries, pos.encode())
+		if errors.Is(err, ledger.ErrNoSpace) {
+			// The ledger's disk is nearly full: nothing was written, and it
+			// takes appends again once space is freed. Wait for that here,
+			// so the partition resumes by itself where it stopped.
+			if wait == 100*time.Millisecond {
+				p.k.log.Warn("kafka partition paused: the ledger's disk is nearly full", "log", p.name, "offset", pos.Next, "err", err)
+			}
+			select {
+			case <-ctx.Done():
+				return err
+			case <-time.After(wait):
+			}
+			wait = min(2*wait, 5*time.Second)
+			continue
+		}
 		var ce *ledger.ConflictError
 		if !errors.As(err, &ce) {
 			return err

@@ -54,12 +54,15 @@ func (b *Bucket) Get(key []byte) ([]byte, error) {
 
 // Set stores value under key durably.
 func (b *Bucket) Set(key, value []byte) error {
-	return b.s.db.Set(b.key(key), value, pebble.Sync)
+	if err := b.s.space.small(len(key) + len(value)); err != nil {
+		return err
+	}
+	return b.s.write(func() error { return b.s.db.Set(b.key(key), value, pebble.Sync) })
 }
 
 // Delete removes key durably. Deleting a missing key is not an error.
 func (b *Bucket) Delete(key []byte) error {
-	return b.s.db.Delete(b.key(key), pebble.Sync)
+	return b.s.write(func() error { return b.s.db.Delete(b.key(key), pebble.Sync) })
 }
 
 // Scan calls fn for each key with the given prefix, in key order. fn must
@@ -112,7 +115,10 @@ func (w *BucketBatch) Len() int { return w.batch.Len() }
 
 // Commit applies the batch durably and releases it.
 func (w *BucketBatch) Commit() error {
-	err := w.batch.Commit(pebble.Sync)
+	err := w.b.s.space.small(w.batch.Len())
+	if err == nil {
+		err = w.b.s.write(func() error { return w.batch.Commit(pebble.Sync) })
+	}
 	w.Close()
 	return err
 }

@@ -94,13 +94,18 @@ func (l *Log) indexLookup(kind byte, h uint64) ([]uint64, error) {
 // count, and this stores the count after the ingest and before the drop,
 // so a lookup finds an id in one or the other.
 func (l *Log) ingestChunks(size uint64) error {
+	if err := l.s.space.err(); err != nil {
+		return err // an ingest writes a table and may start a WAL: later
+	}
 	for c := l.chunks.Load(); (c+1)<<indexChunkBits <= size; c++ {
 		for _, kind := range []byte{kindIDIndex, kindHashIndex} {
 			if err := l.ingestChunk(kind, c); err != nil {
 				return fmt.Errorf("ledger: %s: index chunk %d: %w", l.name, c, err)
 			}
 		}
-		if err := l.s.db.Set(chunksKey(l.id), encodeChunks(c+1, l.tail.packedFrom.Load()), pebble.Sync); err != nil {
+		if err := l.s.write(func() error {
+			return l.s.db.Set(chunksKey(l.id), encodeChunks(c+1, l.tail.packedFrom.Load()), pebble.Sync)
+		}); err != nil {
 			return err
 		}
 		l.chunks.Store(c + 1)
@@ -128,7 +133,7 @@ func (l *Log) ingestChunk(kind byte, c uint64) error {
 	if err := w.Close(); err != nil {
 		return err
 	}
-	return l.s.db.Ingest(context.Background(), []string{path})
+	return l.s.write(func() error { return l.s.db.Ingest(context.Background(), []string{path}) })
 }
 
 // loadIndex restores the chunk count and rebuilds the memory index and the

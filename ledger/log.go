@@ -102,6 +102,9 @@ func (l *Log) Err() error {
 	if p := l.failed.Load(); p != nil {
 		return *p
 	}
+	if p := l.s.fatal.Load(); p != nil {
+		return *p
+	}
 	return nil
 }
 
@@ -176,6 +179,10 @@ func (l *Log) SourcePosition() []byte {
 func (l *Log) append(ctx context.Context, entries []Entry, pos []byte) (*AppendResult, error) {
 	if err := l.refusal(); err != nil {
 		return nil, err
+	}
+	if err := l.s.space.err(); err != nil {
+		l.s.space.refused.Inc()
+		return nil, fmt.Errorf("ledger: append to %s: %w", l.name, err)
 	}
 	now := l.s.opts.now()
 	req := &appendReq{items: make([]item, len(entries)), source: pos, enq: time.Now(), done: make(chan struct{})}

@@ -227,7 +227,7 @@ func (l *Log) pruneBatch(ctx context.Context, res *PruneResult, o PruneOptions) 
 	}
 	if !o.DryRun && next > from {
 		_ = b.Set(pruneKey(l.id), binary.BigEndian.AppendUint64(nil, next), nil)
-		if err := b.Commit(pebble.Sync); err != nil {
+		if err := l.s.write(func() error { return b.Commit(pebble.Sync) }); err != nil {
 			return false, fmt.Errorf("ledger: prune %s: write entries %d..%d: %w", l.name, from, next, err)
 		}
 	}

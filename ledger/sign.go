@@ -161,7 +161,7 @@ func (l *Log) sign() {
 func (l *Log) keep(size uint64, note []byte) error {
 	fileErr := make(chan error, 1)
 	go func() { fileErr <- l.s.cpFiles.write(l.name, note) }()
-	err := l.s.db.Set(checkpointKey(l.id, size), note, pebble.NoSync)
+	err := l.s.write(func() error { return l.s.db.Set(checkpointKey(l.id, size), note, pebble.NoSync) })
 	if ferr := <-fileErr; err == nil {
 		err = ferr
 	}

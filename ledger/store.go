@@ -15,10 +15,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -82,6 +84,8 @@ type options struct {
 	onIntegrity        func(*IntegrityError)
 	checkpointDir      string
 	readOnlyOnRollback bool
+	diskReserve        int64
+	onSpace            func(error)
 	now                func() time.Time
 	// tune changes the Pebble options before Open (tests: a store as an
 	// earlier version wrote it).
@@ -131,6 +135,10 @@ type Store struct {
 	po       *pebble.Options
 	cpFiles  checkpointFiles
 	storage  *storageCollector
+	space    *spaceGuard // nil when off
+	// fatal is set once Pebble reported a fatal write error (see
+	// pebbleLogger): no log takes appends until a restart.
+	fatal atomic.Pointer[error]
 
 	mu     sync.Mutex
 	logs   map[string]*Log
@@ -161,13 +169,19 @@ func Open(dir string, signer note.Signer, v note.Verifier, opts ...Option) (*Sto
 	if o.now == nil {
 		o.now = time.Now
 	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("ledger: open %s: %w", dir, err)
+	}
+	memtable, reserve, err := spaceFor(dir, o.diskReserve)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: open %s: %w", dir, err)
+	}
 	// Pebble charges memtables to the block cache, so the cache is sized
 	// for both: cacheBytes for blocks plus up to two memtables.
-	const memtable = 16 << 20
-	cache := pebble.NewCache(o.cacheBytes + 2*memtable)
+	cache := pebble.NewCache(o.cacheBytes + 2*int64(memtable))
 	defer cache.Unref()
 	po := pebbleOptions()
-	po.Cache, po.MemTableSize, po.Logger = cache, memtable, pebbleLogger{o.logger}
+	po.Cache, po.MemTableSize, po.Logger = cache, uint64(memtable), pebbleLogger{o.logger}
 	po.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionBalanced })
 	stalls := &stallClock{}
 	po.EventListener = stalls.listener()
@@ -184,6 +198,15 @@ func Open(dir string, signer note.Signer, v note.Verifier, opts ...Option) (*Sto
 		return nil, fmt.Errorf("ledger: open %s: %w", dir, err)
 	}
 	s := &Store{db: db, dir: dir, po: po, storage: newStorageCollector(db, stalls), signer: signer, verifier: v, opts: o, log: o.logger, metrics: newMetrics(), quit: make(chan struct{}), tiles: newTileCache(), logs: map[string]*Log{}, nextID: 1}
+	if reserve > 0 {
+		s.space = newSpaceGuard(dir, reserve, s)
+		s.space.refresh()
+		if free := s.space.free.Load(); free < reserve {
+			s.space.setLow(free)
+		}
+		s.wg.Add(1)
+		go s.space.run(s.quit, &s.wg)
+	}
 	s.cpFiles = checkpointFiles{dir: o.checkpointDir}
 	if s.cpFiles.dir == "" {
 		s.cpFiles.dir = filepath.Join(dir, "checkpoints")
@@ -221,7 +244,11 @@ func markLayout(db *pebble.DB) error {
 
 // Collectors returns the ledger's Prometheus collectors.
 func (s *Store) Collectors() []prometheus.Collector {
-	return append(s.metrics.collectors(), s.storage)
+	out := append(s.metrics.collectors(), s.storage)
+	if s.space != nil {
+		out = append(out, s.space.collectors()...)
+	}
+	return out
 }
 
 // Origin returns the checkpoint origin of the named log.
@@ -430,7 +457,44 @@ func (p pebbleLogger) Infof(format string, args ...any) {
 func (p pebbleLogger) Errorf(format string, args ...any) {
 	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
 }
+// Fatalf is Pebble's report of an error it cannot go on from (a commit
+// whose WAL write failed, a MANIFEST that cannot be written). Pebble's
+// code after the call assumes it does not return, so it panics, with a
+// *pebbleFatalError that the store's write paths recover (see
+// Store.write): the store then takes no more writes, and serves what is
+// durable, until a restart.
 func (p pebbleLogger) Fatalf(format string, args ...any) {
-	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
-	panic(fmt.Sprintf(format, args...))
+	msg := fmt.Sprintf(format, args...)
+	p.l.Error(msg, "component", "pebble")
+	panic(&pebbleFatalError{msg})
+}
+
+// pebbleFatalError is what pebbleLogger.Fatalf panics with.
+type pebbleFatalError struct{ msg string }
+
+func (e *pebbleFatalError) Error() string { return e.msg }
+
+// write runs f, one of the store's Pebble writes, and turns a fatal Pebble
+// error it panics with into an error: the store is marked failed (every
+// log refuses appends with ErrFailed, /readyz says why) instead of the
+// process dying with appends in flight. Any other panic goes on.
+func (s *Store) write(f func() error) (err error) {
+	if p := s.fatal.Load(); p != nil {
+		return *p
+	}
+	defer func() {
+		r := recover()
+		if r == nil {
+			return
+		}
+		fe, ok := r.(*pebbleFatalError)
+		if !ok {
+			panic(r)
+		}
+		err = fmt.Errorf("%w: storage write failed, no log takes appends until auditd restarts (free space or fix the disk first): %v", ErrFailed, fe)
+		if s.fatal.CompareAndSwap(nil, &err) {
+			s.log.Error("storage failed: appends stopped until a restart", "err", fe)
+		}
+	}()
+	return f()
 }

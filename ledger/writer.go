@@ -188,7 +188,7 @@ func (l *Log) process(group []*appendReq) {
 		l.land(0)
 		r := group[0]
 		if !l.persisted.Load() {
-			if r.err = r.persist.Commit(pebble.Sync); r.err == nil {
+			if r.err = l.s.write(func() error { return r.persist.Commit(pebble.Sync) }); r.err == nil {
 				l.markPersisted(l.w.size)
 				// An empty log has a checkpoint too (size 0, the empty
 				// root), as tlog clients expect; signed before CreateLog
@@ -199,9 +199,21 @@ func (l *Log) process(group []*appendReq) {
 		close(r.done)
 		return
 	}
-	n := 0
+	n, bytes := 0, 0
 	for _, r := range group {
 		n += len(r.items)
+		for i := range r.items {
+			bytes += len(r.items[i].stored)
+		}
+	}
+	if err := l.s.space.admit(bytes); err != nil {
+		// Refused before anything was resolved or written: the writer's
+		// state is as it was.
+		for _, r := range group {
+			r.err = fmt.Errorf("ledger: append to %s: %w", l.name, err)
+			close(r.done)
+		}
+		return
 	}
 	// The id filter's answers come first, in a loop of their own: each test
 	// misses the cache (the filter of a log of millions is megabytes), and
@@ -503,7 +515,7 @@ func (l *Log) stage(f *flight) error {
 		_ = b.Set(nameKey(l.name), binary.BigEndian.AppendUint32(nil, l.id), nil)
 	}
 	applied = true // from here Pebble may hold b: SyncWait comes before Close
-	if err := l.s.db.ApplyNoSyncWait(b, pebble.Sync); err != nil {
+	if err := l.s.write(func() error { return l.s.db.ApplyNoSyncWait(b, pebble.Sync) }); err != nil {
 		return err
 	}
 	if f.first {

@@ -58,6 +58,13 @@ type Config struct {
 	BatchDelay time.Duration `yaml:"batch_delay"`
 	// CacheBytes is Pebble's block cache size. Default 128 MiB.
 	CacheBytes int64 `yaml:"cache_bytes"`
+	// DiskReserveBytes is the free space of the data directory's file
+	// system below which appends are refused (503 disk_full, /readyz 503,
+	// the alert storage/disk_full) until space is freed; they resume by
+	// themselves within seconds. Default 0: sized from the ledger's
+	// memtable (52 MiB; 16 MiB on a file system under 512 MiB). -1 turns
+	// the guard off (then a full disk stops the ledger until a restart).
+	DiskReserveBytes int64 `yaml:"disk_reserve_bytes"`
 	// CheckpointDir keeps each log's latest signed checkpoint in a file
 	// outside the ledger's database, checked at start: a log whose storage
 	// is behind or inconsistent with it is refused (see RollbackReadOnly).
@@ -345,6 +352,7 @@ func bindFlags(fs *flag.FlagSet, c *Config) {
 	fs.IntVar(&c.MaxBatch, "max-batch", c.MaxBatch, "entries per group commit, at most")
 	fs.DurationVar(&c.BatchDelay, "batch-delay", c.BatchDelay, "time a group commit waits for more requests")
 	fs.Int64Var(&c.CacheBytes, "cache-bytes", c.CacheBytes, "Pebble block cache size in bytes")
+	fs.Int64Var(&c.DiskReserveBytes, "disk-reserve-bytes", c.DiskReserveBytes, "free bytes of the data dir's file system below which appends are refused until space is freed (0: sized from the memtable; -1: off)")
 	fs.StringVar(&c.CheckpointDir, "checkpoint-dir", c.CheckpointDir, "directory of the logs' latest checkpoint files (default DATA-DIR/checkpoints)")
 	fs.BoolVar(&c.RollbackReadOnly, "rollback-read-only", c.RollbackReadOnly, "serve a log behind or inconsistent with its signed checkpoint read-only instead of refusing to start")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest POST body in bytes")

@@ -136,12 +136,15 @@ func (d *instance) openLedger() error {
 	}
 	d.key = key
 	integrity := newIntegrityAlerts(logger)
+	space := newSpaceAlerts(logger)
 	store, err := ledger.Open(cfg.DataDir, key.signer, key.verifier,
 		ledger.WithIntegrityHandler(integrity.handle),
 		ledger.WithCheckpointInterval(cfg.CheckpointInterval),
 		ledger.WithMaxBatch(cfg.MaxBatch),
 		ledger.WithBatchDelay(cfg.BatchDelay),
 		ledger.WithCacheSize(cfg.CacheBytes),
+		ledger.WithDiskReserve(cfg.DiskReserveBytes),
+		ledger.WithDiskSpaceHandler(space.handle),
 		ledger.WithLogger(logger),
 		ledger.WithCheckpointDir(cfg.CheckpointDir),
 		ledger.WithReadOnlyOnRollback(cfg.RollbackReadOnly))
@@ -179,6 +182,7 @@ func (d *instance) openLedger() error {
 	d.alerts = alerts
 	d.onStop("", func() { alerts.Close() })
 	d.onStop("", integrity.start(alerts)) // raises what the store found while opening too; stops before alerts close
+	d.onStop("", space.start(alerts))
 	for _, c := range alerts.Collectors() {
 		d.metrics.MustRegister(c)
 	}

@@ -72,7 +72,7 @@ func (a *integrityAlerts) flush(m *alert.Manager) {
 	for id, e := range batch {
 		d, _ := json.Marshal(map[string]any{"log": e.Log, "kind": e.Kind, "index": e.Index, "detail": e.Detail})
 		_, err := m.Fire(alert.Alert{ID: id, Kind: alert.KindIntegrity, Subject: e.Log,
-			Labels:  map[string]string{"log": e.Log, "violation": e.Kind},
+			Labels:  map[string]string{"log": e.Log, "violation": e.Kind, "severity": "critical"},
 			Summary: fmt.Sprintf("log %s: %s", e.Log, e.Error()), Details: d})
 		if err != nil {
 			a.logger.Error("integrity alert not raised", "log", e.Log, "kind", e.Kind, "err", err)

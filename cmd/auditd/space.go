@@ -1,0 +1,86 @@
+package main
+
+import (
+	"log/slog"
+	"sync"
+
+	"github.com/auditd/auditd/alert"
+)
+
+// diskFullAlert is the id of the alert that fires while the ledger refuses
+// appends for lack of disk space.
+const diskFullAlert = "storage/disk_full"
+
+// spaceAlerts fires the alert storage/disk_full while the ledger refuses
+// appends for lack of disk space, and resolves it once they resume. The
+// ledger tells it from its disk space guard (ledger.WithDiskSpaceHandler),
+// possibly while opening, before the alert manager exists; handle only
+// keeps the latest state and wakes the goroutine start runs.
+type spaceAlerts struct {
+	logger *slog.Logger
+	wake   chan struct{}
+	mu     sync.Mutex
+	err    error // the latest state: nil once appends resumed
+	told   bool  // a state is waiting to be raised
+}
+
+func newSpaceAlerts(logger *slog.Logger) *spaceAlerts {
+	return &spaceAlerts{logger: logger, wake: make(chan struct{}, 1)}
+}
+
+// handle is the ledger's disk space handler.
+func (a *spaceAlerts) handle(err error) {
+	a.mu.Lock()
+	a.err, a.told = err, true
+	a.mu.Unlock()
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+// start raises the state the ledger told, now and on every change, through
+// m; the returned stop ends the goroutine (call it before closing m).
+func (a *spaceAlerts) start(m *alert.Manager) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			a.flush(m)
+			select {
+			case <-a.wake:
+			case <-quit:
+				return
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() { close(quit) })
+		<-done
+	}
+}
+
+func (a *spaceAlerts) flush(m *alert.Manager) {
+	a.mu.Lock()
+	err, told := a.err, a.told
+	a.told = false
+	a.mu.Unlock()
+	if !told {
+		return
+	}
+	if err == nil {
+		if _, firing := m.Get(diskFullAlert); firing {
+			if rerr := m.Resolve(diskFullAlert); rerr != nil {
+				a.logger.Error("disk full alert not resolved", "err", rerr)
+			}
+		}
+		return
+	}
+	_, ferr := m.Fire(alert.Alert{ID: diskFullAlert, Kind: alert.KindStorage, Subject: "ledger",
+		Labels:  map[string]string{"severity": "critical"},
+		Summary: "appends refused: " + err.Error()})
+	if ferr != nil {
+		a.logger.Error("disk full alert not raised", "err", ferr)
+	}
+}

@@ -42,6 +42,9 @@ type Log interface {
 	Checkpoint() *ledger.SignedCheckpoint
 	WaitCheckpoint(ctx context.Context, size uint64) (*ledger.SignedCheckpoint, error)
 	ConsistencyProof(from, to uint64) ([]merkle.Hash, error)
+	// Forked puts the log read-only on a witness's evidence that it
+	// forked (see ledger.Log.Forked).
+	Forked(source, detail string) *ledger.IntegrityError
 }
 
 var _ Log = (*ledger.Log)(nil)
@@ -120,7 +123,7 @@ func New(logs Logs, witnesses []Witness, opts Options) (*Submitter, error) {
 		logs: logs, witnesses: witnesses, opts: opts, log: opts.Logger, state: map[string][]*state{},
 		submissions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "witness_submissions_total",
-			Help: "add-checkpoint requests sent to witnesses, by witness and result (ok, conflict, error).",
+			Help: "add-checkpoint requests sent to witnesses, by witness and result (ok, conflict, error, fork).",
 		}, []string{"witness", "result"}),
 		delay: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "witness_cosignature_delay_seconds",
@@ -189,6 +192,9 @@ func (s *Submitter) follow(ctx context.Context, l Log, i int) {
 	for ctx.Err() == nil {
 		cp, err := l.WaitCheckpoint(ctx, next)
 		if err != nil {
+			if errors.Is(err, ledger.ErrReadOnly) {
+				return // it signs nothing more
+			}
 			if ctx.Err() == nil && !errors.Is(err, ledger.ErrClosed) {
 				s.fail(l.Name(), i, fmt.Errorf("waiting for a checkpoint: %w", err))
 				s.sleep(ctx, &backoff)
@@ -199,6 +205,15 @@ func (s *Submitter) follow(ctx context.Context, l Log, i int) {
 		seen := time.Now()
 		lines, known, err := s.submit(ctx, l, w, old, cp)
 		old = known
+		var fe *forkError
+		if errors.As(err, &fe) {
+			// Positive evidence against this log: it signs nothing more,
+			// so there is nothing more to submit.
+			s.fail(l.Name(), i, err)
+			s.submissions.WithLabelValues(w.Verifier.Name(), "fork").Inc()
+			l.Forked("witness "+w.Verifier.Name(), fe.detail)
+			return
+		}
 		if err != nil {
 			s.fail(l.Name(), i, err)
 			s.sleep(ctx, &backoff)
@@ -241,13 +256,31 @@ func (s *Submitter) fail(log string, i int, err error) {
 	}
 }
 
+// forkError is a witness's answer that is positive evidence the log
+// forked: the witness verified, with the log's key, a checkpoint that the
+// log's own latest checkpoint contradicts. A witness cosigns only what
+// verifies with the log's key and is consistent with what it cosigned
+// before, so it holds a larger size than the log ever signed only if the
+// log (or another signer with its key) signed it, and it refuses our
+// consistency proof, or holds another root at our size, only if the
+// history it cosigned is not ours.
+type forkError struct{ detail string }
+
+func (e *forkError) Error() string { return "fork: " + e.detail }
+
 // submit sends cp to w, from the witness's size old; on 409 it learns the
-// witness's size and sends again once. It returns the verified
-// cosignature lines and the witness's size as last learned.
+// witness's size and sends again. It returns the verified cosignature
+// lines and the witness's size as last learned, or a *forkError when the
+// witness's answer contradicts cp:
+//   - 409 with a size larger than cp's;
+//   - 409 again when sent cp's own size (the witness holds another root at
+//     that size: c2sp.org/tlog-witness);
+//   - 422: the consistency proof from the witness's size to cp, built from
+//     the log's own tree, does not verify against what the witness holds.
 func (s *Submitter) submit(ctx context.Context, l Log, w Witness, old uint64, cp *ledger.SignedCheckpoint) ([]byte, uint64, error) {
 	for try := 0; ; try++ {
 		if old > cp.Size {
-			return nil, old, fmt.Errorf("witness %s holds size %d, larger than the log's checkpoint %d", w.Verifier.Name(), old, cp.Size)
+			return nil, old, &forkError{fmt.Sprintf("witness %s holds a checkpoint of size %d signed with the log's key, larger than the log's latest checkpoint (size %d, root %s): the log was rolled back, or another instance signs with its key", w.Verifier.Name(), old, cp.Size, cp.Root)}
 		}
 		var proof []merkle.Hash
 		if old > 0 && old < cp.Size {
@@ -274,6 +307,9 @@ func (s *Submitter) submit(ctx context.Context, l Log, w Witness, old uint64, cp
 				return nil, old, fmt.Errorf("409 from witness %s without a size: %q", w.Verifier.Name(), trim(resp))
 			}
 			if try > 0 && known == old {
+				if old == cp.Size {
+					return nil, old, &forkError{fmt.Sprintf("witness %s holds another checkpoint of size %d than the log's (root %s): two checkpoints of one size signed with the log's key", w.Verifier.Name(), cp.Size, cp.Root)}
+				}
 				return nil, old, fmt.Errorf("witness %s answers 409 with size %d, the size sent", w.Verifier.Name(), known)
 			}
 			old = known
@@ -281,6 +317,8 @@ func (s *Submitter) submit(ctx context.Context, l Log, w Witness, old uint64, cp
 				return nil, old, fmt.Errorf("witness %s: sizes keep changing (last %d)", w.Verifier.Name(), known)
 			}
 			continue
+		case http.StatusUnprocessableEntity:
+			return nil, old, &forkError{fmt.Sprintf("witness %s refuses the consistency proof from its size %d to the log's checkpoint (size %d, root %s), built from the log's own tree: the history it cosigned is not the log's (%s)", w.Verifier.Name(), old, cp.Size, cp.Root, strings.TrimSpace(trim(resp)))}
 		}
 		return nil, old, fmt.Errorf("witness %s: %d: %s", w.Verifier.Name(), status, trim(resp))
 	}

@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"sync"
@@ -83,6 +82,7 @@ type options struct {
 	logger             *slog.Logger
 	onIntegrity        func(*IntegrityError)
 	checkpointDir      string
+	checkpointGuardDir string
 	readOnlyOnRollback bool
 	diskReserve        int64
 	onSpace            func(error)
@@ -207,10 +207,7 @@ func Open(dir string, signer note.Signer, v note.Verifier, opts ...Option) (*Sto
 		s.wg.Add(1)
 		go s.space.run(s.quit, &s.wg)
 	}
-	s.cpFiles = checkpointFiles{dir: o.checkpointDir}
-	if s.cpFiles.dir == "" {
-		s.cpFiles.dir = filepath.Join(dir, "checkpoints")
-	}
+	s.cpFiles = newCheckpointFiles(dir, &o, v)
 	if err := s.loadLogs(); err != nil {
 		s.Close()
 		return nil, err
@@ -221,22 +218,9 @@ func Open(dir string, signer note.Signer, v note.Verifier, opts ...Option) (*Sto
 // markLayout records that the store may hold data of storageLayout, once.
 // Code of layout 1 does not read the marker: it reports layout 2 entries as
 // corrupt, so a store opened by this code is not opened by an older one.
+// A layout newer than this code's is refused (readLayout).
 func markLayout(db *pebble.DB) error {
-	v, closer, err := db.Get([]byte{kindLayout})
-	switch {
-	case err == nil:
-		have := uint32(0)
-		if len(v) == 4 {
-			have = binary.BigEndian.Uint32(v)
-		}
-		closer.Close()
-		if have > storageLayout {
-			return fmt.Errorf("storage layout %d is newer than this version's %d", have, storageLayout)
-		}
-		if have == storageLayout {
-			return nil
-		}
-	case !errors.Is(err, pebble.ErrNotFound):
+	if have, err := readLayout(db); err != nil || have == storageLayout {
 		return err
 	}
 	return db.Set([]byte{kindLayout}, binary.BigEndian.AppendUint32(nil, storageLayout), pebble.Sync)
@@ -275,7 +259,7 @@ func (s *Store) loadLogs() error {
 		l.persisted.Store(true)
 		if err := l.load(); err != nil {
 			var ie *IntegrityError
-			if !errors.As(err, &ie) || (ie.Kind != IntegrityRollback && ie.Kind != IntegrityCheckpointBad) {
+			if !errors.As(err, &ie) || (ie.Kind != IntegrityRollback && ie.Kind != IntegrityCheckpointBad && ie.Kind != IntegrityFork) {
 				return fmt.Errorf("ledger: load log %s: %w", m.name, err)
 			}
 			refused[l] = ie
@@ -289,6 +273,9 @@ func (s *Store) loadLogs() error {
 		return err
 	}
 	if err := s.checkFiles(files, refused); err != nil {
+		return err
+	}
+	if err := s.reopenForked(); err != nil {
 		return err
 	}
 	for _, l := range s.logs {

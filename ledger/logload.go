@@ -56,22 +56,6 @@ func (l *Log) load() error {
 		}
 		tiles = append(tiles, t)
 	}
-	cp, err := l.latestStoredCheckpoint()
-	if err != nil {
-		return err
-	}
-	if cp != nil {
-		if cp.Size > m.size {
-			return fmt.Errorf("checkpoint at size %d is beyond the stored tree of size %d", cp.Size, m.size)
-		}
-		at, err := merkle.RootHash(cp.Size, r)
-		if err != nil {
-			return err
-		}
-		if at != cp.Root {
-			return fmt.Errorf("latest checkpoint (size %d, root %s) does not match the stored tree (root %s)", cp.Size, cp.Root, at)
-		}
-	}
 	l.committed.Store(&treeState{size: m.size, root: root})
 	l.source.Store(nil)
 	if v, closer, err := l.s.db.Get(sourceKey(l.id)); err == nil {
@@ -87,9 +71,10 @@ func (l *Log) load() error {
 	}
 	l.w = writer{size: m.size, root: root, rng: rng, tiles: tiles, ids: ids}
 	l.s.metrics.size.WithLabelValues(l.name).Set(float64(m.size))
-	// Last, with the state loaded: a log refused here may still be served
-	// read-only.
-	bad, err := l.admit(cp, r)
+	// Last, with the state loaded: the latest stored checkpoint and the
+	// checkpoint files (checkLog, which auditd fsck runs too); a log
+	// refused here may still be served read-only.
+	bad, err := l.admit(r)
 	if err != nil {
 		return err
 	}

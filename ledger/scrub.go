@@ -31,7 +31,8 @@ import (
 // is signed. A store that Open refuses still opens. It holds Pebble's
 // directory lock, so it fails while a daemon runs on the directory.
 type RawStore struct {
-	db *pebble.DB
+	db  *pebble.DB
+	dir string
 }
 
 // OpenRaw opens the store in dir read-only for checking. It fails if dir
@@ -52,7 +53,7 @@ func OpenRaw(dir string, opts ...Option) (*RawStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ledger: open %s read-only: %w", dir, err)
 	}
-	return &RawStore{db: db}, nil
+	return &RawStore{db: db, dir: dir}, nil
 }
 
 // Close closes the store.

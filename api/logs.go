@@ -71,7 +71,8 @@ func (s *Server) getLog(w http.ResponseWriter, r *http.Request) {
 		Source     any            `json:"source,omitempty"`
 		Error      string         `json:"error,omitempty"`
 		// ReadOnly says why the log takes no appends: it was opened
-		// read-only (--rollback-read-only) behind a checkpoint it signed.
+		// read-only (--rollback-read-only) behind a checkpoint it signed,
+		// or a witness or peer gave evidence that it forked.
 		ReadOnly  string `json:"read_only,omitempty"`
 		Witnesses any    `json:"witnesses,omitempty"`
 	}{logOut: logOut{Name: li.Name, Size: li.Size, RootHash: li.Root}, Origin: l.Origin()}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -72,6 +73,13 @@ type Kafka struct {
 	outSince time.Time
 	// stalled are the assigned partitions stalled at the latest check.
 	stalled []stall
+	// unconsumed are the partitions of the consumed topics that no member
+	// of the group consumed at the latest check, with when each was first
+	// seen so (checkConsumed).
+	unconsumed map[string]time.Time
+	checkedAt  time.Time // of the latest checkConsumed
+	// patterns are the topics as regular expressions (TopicRegex).
+	patterns []*regexp.Regexp
 }
 
 // A KafkaOption configures a Kafka source.
@@ -99,6 +107,13 @@ func NewKafka(store *ledger.Store, cfg KafkaConfig, logger *slog.Logger, options
 	for _, o := range options {
 		o(k)
 	}
+	if cfg.TopicRegex {
+		patterns, err := cfg.topicPatterns()
+		if err != nil {
+			return nil, err
+		}
+		k.patterns = patterns
+	}
 	conn, err := cfg.ClientOpts(logger)
 	if err != nil {
 		return nil, err
@@ -124,6 +139,13 @@ func NewKafka(store *ledger.Store, cfg KafkaConfig, logger *slog.Logger, options
 		// At most a third of the session, as Kafka advises (franz-go's
 		// default is 3s).
 		kgo.HeartbeatInterval(min(3*time.Second, cfg.SessionTimeout/3)),
+		// New partitions of the topics (and new topics matching a
+		// pattern) are found when the metadata is re-read, and only the
+		// group's leader rebalances for them: franz-go re-reads every 5
+		// minutes by default, which left an added partition unconsumed
+		// that long (issue 26).
+		kgo.MetadataMaxAge(cfg.MetadataRefresh),
+		kgo.MetadataMinAge(min(5*time.Second, cfg.MetadataRefresh)),
 	)
 	if cfg.TopicRegex {
 		opts = append(opts, kgo.ConsumeRegex())

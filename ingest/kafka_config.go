@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"regexp"
 	"strconv"
 	"time"
 
@@ -63,6 +64,15 @@ type KafkaConfig struct {
 	// A stalled partition, or a source that has not been in its group for
 	// this long, makes the source not ready and restarts its consumer.
 	StallWindow time.Duration `yaml:"stall_window"`
+	// MetadataRefresh is how often the consuming client re-reads the
+	// brokers' metadata (default 10s, at most 1h; the Kafka client's own
+	// default is 5 minutes). A partition added to a consumed topic, or with
+	// TopicRegex a new matching topic, is found at the group leader's next
+	// re-read, which then rebalances the group: it is consumed within about
+	// this long plus a rebalance. A partition of a consumed topic that no
+	// member of the group has consumed for longer than MetadataRefresh plus
+	// StallWindow makes the source not ready.
+	MetadataRefresh time.Duration `yaml:"metadata_refresh"`
 	// ResumeRecreated lets a partition whose topic was deleted and
 	// recreated while the source was not consuming it (its topic id
 	// changed) be read again from its first offset, each offset compared
@@ -131,6 +141,9 @@ func (c *KafkaConfig) setDefaults() {
 	if c.StallWindow <= 0 {
 		c.StallWindow = 30 * time.Second
 	}
+	if c.MetadataRefresh <= 0 {
+		c.MetadataRefresh = 10 * time.Second
+	}
 }
 
 // Validate reports a configuration the source cannot run with.
@@ -140,6 +153,13 @@ func (c *KafkaConfig) Validate() error {
 		return errors.New("kafka: no brokers")
 	case len(c.Topics) == 0:
 		return errors.New("kafka: no topics")
+	case c.MetadataRefresh > 0 && (c.MetadataRefresh < 10*time.Millisecond || c.MetadataRefresh > time.Hour):
+		return fmt.Errorf("kafka: metadata_refresh %v is not between 10ms and 1h", c.MetadataRefresh)
+	}
+	if c.TopicRegex {
+		if _, err := c.topicPatterns(); err != nil {
+			return err
+		}
 	}
 	if s := c.SASL; s != nil {
 		switch s.Mechanism {
@@ -149,6 +169,20 @@ func (c *KafkaConfig) Validate() error {
 		}
 	}
 	return nil
+}
+
+// topicPatterns compiles Topics as regular expressions, as the Kafka client
+// does with TopicRegex: a topic matching any of them is consumed.
+func (c *KafkaConfig) topicPatterns() ([]*regexp.Regexp, error) {
+	res := make([]*regexp.Regexp, len(c.Topics))
+	for i, t := range c.Topics {
+		re, err := regexp.Compile(t)
+		if err != nil {
+			return nil, fmt.Errorf("kafka: topic pattern %q: %w", t, err)
+		}
+		res[i] = re
+	}
+	return res, nil
 }
 
 // LogName is the ledger log a topic partition feeds.

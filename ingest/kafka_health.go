@@ -3,6 +3,8 @@ package ingest
 import (
 	"context"
 	"fmt"
+	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -19,8 +21,10 @@ type stall struct {
 
 // Ready returns nil when the brokers answer, the configured topics exist,
 // the source is in its consumer group with an assignment (an empty one
-// counts: another member has the partitions), and every assigned partition
-// has either nothing to read or made progress within the stall window.
+// counts: another member has the partitions), every assigned partition
+// has either nothing to read or made progress within the stall window, and
+// every partition of the consumed topics is consumed by a member of the
+// group, or has not gone without one for longer than unconsumedAfter.
 func (k *Kafka) Ready() error {
 	k.health.Lock()
 	defer k.health.Unlock()
@@ -41,7 +45,39 @@ func (k *Kafka) Ready() error {
 	if len(k.stalled) > 0 {
 		return stalledError(k.stalled, k.cfg.StallWindow)
 	}
+	if un := k.overdue(time.Now()); len(un) > 0 {
+		var b strings.Builder
+		for i, u := range un {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "%s (for %s)", u.log, time.Since(u.since).Round(time.Second))
+		}
+		return fmt.Errorf("kafka: partitions not consumed by any member of group %q for longer than %s (metadata_refresh plus stall_window): %s",
+			k.cfg.Group, k.unconsumedAfter(), b.String())
+	}
 	return nil
+}
+
+// unconsumedAfter is how long a partition of a consumed topic may go
+// without a consumer: the group's leader sees a new partition within the
+// metadata refresh, and the group then rebalances, which the stall window
+// allows for.
+func (k *Kafka) unconsumedAfter() time.Duration {
+	return k.cfg.MetadataRefresh + k.cfg.StallWindow
+}
+
+// overdue returns the partitions unconsumed for longer than
+// unconsumedAfter, by name, as stalls with no lag; k.health is held.
+func (k *Kafka) overdue(now time.Time) []stall {
+	var out []stall
+	for name, since := range k.unconsumed {
+		if now.Sub(since) > k.unconsumedAfter() {
+			out = append(out, stall{log: name, since: since})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].log < out[j].log })
+	return out
 }
 
 func stalledError(ss []stall, window time.Duration) error {
@@ -89,10 +125,11 @@ func (k *Kafka) watchHealth(ctx context.Context) {
 	t := time.NewTicker(min(3*time.Second, max(k.cfg.StallWindow/2, 100*time.Millisecond)))
 	defer t.Stop()
 	for {
-		err := k.check(ctx)
+		topics, err := k.check(ctx)
 		k.setStatus(err)
 		if err == nil {
 			k.refreshEnds(ctx)
+			k.checkConsumed(ctx, topics, time.Now())
 		}
 		select {
 		case <-ctx.Done():
@@ -230,34 +267,119 @@ func (k *Kafka) refreshEnds(ctx context.Context) {
 	})
 }
 
-func (k *Kafka) check(ctx context.Context) error {
+// check checks that the brokers answer and the configured topics exist,
+// and returns the brokers' metadata of the topics consumed: the configured
+// ones, or with TopicRegex every topic (internal ones aside) matching a
+// pattern, as the client matches them.
+func (k *Kafka) check(ctx context.Context) (kadm.TopicDetails, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := k.admCl.Ping(ctx); err != nil {
 		if k.cfg.SASL != nil || k.cfg.TLS != nil {
 			// Brokers that refuse a login or a handshake often just close
 			// the connection: say what to check.
-			return fmt.Errorf("kafka: brokers %v unreachable or refused the connection (check the TLS settings and SASL credentials): %w", k.cfg.Brokers, err)
+			return nil, fmt.Errorf("kafka: brokers %v unreachable or refused the connection (check the TLS settings and SASL credentials): %w", k.cfg.Brokers, err)
 		}
-		return fmt.Errorf("kafka: brokers %v unreachable: %w", k.cfg.Brokers, err)
+		return nil, fmt.Errorf("kafka: brokers %v unreachable: %w", k.cfg.Brokers, err)
 	}
 	if k.cfg.TopicRegex {
-		return nil
+		td, err := k.adm.ListTopics(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("kafka: list topics: %w", err)
+		}
+		for t := range td {
+			if !slices.ContainsFunc(k.patterns, func(re *regexp.Regexp) bool { return re.MatchString(t) }) {
+				delete(td, t)
+			}
+		}
+		return td, nil
 	}
 	td, err := k.adm.ListTopics(ctx, k.cfg.Topics...)
 	if err != nil {
-		return fmt.Errorf("kafka: list topics: %w", err)
+		return nil, fmt.Errorf("kafka: list topics: %w", err)
 	}
 	for _, t := range k.cfg.Topics {
 		d, ok := td[t]
 		if !ok {
-			return fmt.Errorf("kafka: topic %q does not exist", t)
+			return nil, fmt.Errorf("kafka: topic %q does not exist", t)
 		}
 		if d.Err != nil {
-			return fmt.Errorf("kafka: topic %q: %w", t, d.Err)
+			return nil, fmt.Errorf("kafka: topic %q: %w", t, d.Err)
 		}
 	}
-	return nil
+	return td, nil
+}
+
+// checkConsumed finds the partitions of the consumed topics (topics, the
+// brokers' metadata) that no member of the group consumes: not running
+// here, not stopped here on an error (Ready reports those), and not
+// assigned to another member. A partition added to a topic is one until the
+// group's leader re-reads the metadata and the group rebalances; Ready
+// reports those that stay unconsumed for longer than unconsumedAfter. If
+// the group cannot be described, the previous finding stands.
+func (k *Kafka) checkConsumed(ctx context.Context, topics kadm.TopicDetails, now time.Time) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	groups, err := k.adm.DescribeGroups(ctx, k.cfg.Group)
+	if err != nil {
+		return
+	}
+	g, ok := groups[k.cfg.Group]
+	if !ok || g.Err != nil {
+		return
+	}
+	// This member's assignment is what runs here (k.parts): what the
+	// group says it gave this member may not have started yet.
+	me, _ := k.client().GroupMetadata()
+	elsewhere := map[string]bool{}
+	for _, m := range g.Members {
+		c, ok := m.Assigned.AsConsumer()
+		if m.MemberID == me || !ok {
+			continue
+		}
+		for _, t := range c.Topics {
+			for _, p := range t.Partitions {
+				elsewhere[LogName(t.Topic, p)] = true
+			}
+		}
+	}
+	k.mu.Lock()
+	here := make(map[string]bool, len(k.parts))
+	for name := range k.parts {
+		here[name] = true
+	}
+	k.mu.Unlock()
+
+	k.health.Lock()
+	defer k.health.Unlock()
+	prev := k.unconsumed
+	k.unconsumed = map[string]time.Time{}
+	for _, t := range topics {
+		if t.Err != nil {
+			continue
+		}
+		for p := range t.Partitions {
+			name := LogName(t.Topic, p)
+			if _, failed := k.failed[name]; here[name] || elsewhere[name] || failed {
+				continue
+			}
+			since, ok := prev[name]
+			if !ok {
+				since = now
+			}
+			k.unconsumed[name] = since
+		}
+	}
+	un := k.overdue(now)
+	k.m.unconsumed.Set(float64(len(un)))
+	for _, u := range un {
+		if prev[u.log].Add(k.unconsumedAfter()).Before(k.checkedAt) {
+			continue // logged at an earlier check
+		}
+		k.log.Error("kafka partition not consumed by any member of the group", "log", u.log, "group", k.cfg.Group, "since", u.since,
+			"hint", "the group's leader rebalances when its metadata refresh finds a new partition; see docs/kafka.md")
+	}
+	k.checkedAt = now
 }
 
 func (k *Kafka) setStatus(err error) {

@@ -148,3 +148,62 @@ func TestKafkaInstanceID(t *testing.T) {
 		}
 	}
 }
+
+// TestKafkaUnconsumedRule: a partition no member of the group consumes is
+// reported once it has gone so for longer than the metadata refresh plus the
+// stall window, named with how long; stalled partitions are reported first.
+func TestKafkaUnconsumedRule(t *testing.T) {
+	k := readyFixture(10 * time.Second)
+	k.cfg.MetadataRefresh = 5 * time.Second
+	now := time.Now()
+	k.unconsumed = map[string]time.Time{
+		"t.2": now.Add(-10 * time.Second), // within 15s: the group may be rebalancing
+		"t.4": now.Add(-16 * time.Second),
+		"t.3": now.Add(-time.Minute),
+	}
+	err := k.Ready()
+	if err == nil {
+		t.Fatal("Ready() = nil with partitions unconsumed for longer than 15s")
+	}
+	msg := err.Error()
+	for _, want := range []string{`group "g"`, "longer than 15s", "t.3 (for 1m0s), t.4 (for 16s)"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("Ready() = %v, want it to contain %q", err, want)
+		}
+	}
+	if strings.Contains(msg, "t.2") {
+		t.Errorf("Ready() = %v names t.2, unconsumed for 10s only", err)
+	}
+	k.stalled = []stall{{log: "t.0", lag: 7, since: now.Add(-time.Minute)}}
+	if err := k.Ready(); err == nil || !strings.Contains(err.Error(), "stalled") {
+		t.Errorf("stalled and unconsumed: Ready() = %v, want the stall first", err)
+	}
+	k.stalled = nil
+	k.unconsumed = map[string]time.Time{"t.2": now.Add(-10 * time.Second)}
+	if err := k.Ready(); err != nil {
+		t.Errorf("only t.2, within the bound: Ready() = %v", err)
+	}
+}
+
+// TestKafkaConfigMetadataRefresh: the default, and the bounds the Kafka
+// client takes.
+func TestKafkaConfigMetadataRefresh(t *testing.T) {
+	base := KafkaConfig{Brokers: []string{"b:9092"}, Topics: []string{"t"}}
+	c := base
+	c.setDefaults()
+	if c.MetadataRefresh != 10*time.Second {
+		t.Errorf("default metadata_refresh %v, want 10s", c.MetadataRefresh)
+	}
+	for d, ok := range map[time.Duration]bool{0: true, -time.Second: true, time.Millisecond: false, 10 * time.Millisecond: true, time.Hour: true, time.Hour + time.Second: false} {
+		c := base
+		c.MetadataRefresh = d
+		if err := c.Validate(); (err == nil) != ok {
+			t.Errorf("metadata_refresh %v: Validate() = %v, want ok %v", d, err, ok)
+		}
+	}
+	c = base
+	c.TopicRegex, c.Topics = true, []string{"pay(", "ok"}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), `"pay("`) {
+		t.Errorf("bad pattern: Validate() = %v", err)
+	}
+}

@@ -72,7 +72,7 @@ type kafkaMetrics struct {
 	consumed, bytes, gaps, conflicts, redelivered, dupIDs, recreated *prometheus.CounterVec
 	lag                                                              *prometheus.GaugeVec
 	flagged, fetchErrors, restarts                                   prometheus.Counter
-	ready, joined, stalled                                           prometheus.Gauge
+	ready, joined, stalled, unconsumed                               prometheus.Gauge
 	durable                                                          prometheus.Histogram
 }
 
@@ -94,6 +94,7 @@ func newKafkaMetrics() *kafkaMetrics {
 		ready:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "kafka_ready", Help: "1 when the brokers answer and the topics exist."}),
 		joined:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "kafka_group_joined", Help: "1 while the source is in its consumer group with an assignment."}),
 		stalled:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "kafka_stalled_partitions", Help: "Assigned partitions with records to read and no progress within the stall window."}),
+		unconsumed:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "kafka_unconsumed_partitions", Help: "Partitions of the consumed topics that no member of the group has consumed for longer than metadata_refresh plus stall_window."}),
 		restarts:    prometheus.NewCounter(prometheus.CounterOpts{Name: "kafka_consumer_restarts_total", Help: "Times the source replaced its Kafka consumer because it stalled or stayed out of its group."}),
 		durable: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kafka_fetch_to_durable_seconds", Help: "Time from a poll returning records to their ledger entries being durable.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
@@ -101,5 +102,5 @@ func newKafkaMetrics() *kafkaMetrics {
 }
 
 func (m *kafkaMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.consumed, m.bytes, m.gaps, m.conflicts, m.redelivered, m.dupIDs, m.recreated, m.lag, m.flagged, m.fetchErrors, m.ready, m.joined, m.stalled, m.restarts, m.durable}
+	return []prometheus.Collector{m.consumed, m.bytes, m.gaps, m.conflicts, m.redelivered, m.dupIDs, m.recreated, m.lag, m.flagged, m.fetchErrors, m.ready, m.joined, m.stalled, m.unconsumed, m.restarts, m.durable}
 }

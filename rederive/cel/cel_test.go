@@ -375,6 +375,7 @@ func TestCELEncodeRoundTrip(t *testing.T) {
 		`{1: "one", 2: "two"}`, `{1u: "one"}`, `{true: 1, false: 0}`,
 		`timestamp("2020-01-01T00:00:00Z")`, `timestamp("2020-01-01T00:00:00.123456789+02:00")`,
 		`duration("1.5s")`, `duration("-3h")`,
+		`decimal("1000.00")`, `decimal("-0.5")`, `decimal("1e3")`, `[decimal("0.10"), {"d": decimal("12")}]`,
 		`optional.none()`, `optional.of(1)`, `optional.of({"a": optional.of(2.0)})`,
 	}
 	for _, expr := range exprs {
@@ -451,6 +452,9 @@ func sameCELValue(a, b ref.Val) bool {
 	case types.Timestamp:
 		bt, ok := b.(types.Timestamp)
 		return ok && a.Time.Equal(bt.Time) && a.Time.Format(time.RFC3339Nano) == bt.Time.Format(time.RFC3339Nano)
+	case *celDecimal:
+		bd, ok := b.(*celDecimal)
+		return ok && a.d.String() == bd.d.String()
 	case *types.Optional:
 		bo, ok := b.(*types.Optional)
 		if !ok || a.HasValue() != bo.HasValue() {

@@ -51,7 +51,7 @@ type celEnvs struct {
 // the pure extensions. Nothing here reads a clock, randomness or I/O;
 // timestamps without a time zone argument are read in UTC.
 func celLibrary() []cel.EnvOption {
-	return []cel.EnvOption{
+	lib := []cel.EnvOption{
 		cel.DefaultUTCTimeZone(true),
 		cel.CrossTypeNumericComparisons(true),
 		cel.OptionalTypes(),
@@ -64,6 +64,8 @@ func celLibrary() []cel.EnvOption {
 		ext.TwoVarComprehensions(),
 		ext.Regex(),
 	}
+	lib = append(lib, timestampLibrary()...)
+	return append(lib, decimalLibrary()...)
 }
 
 func newCELEnvs(eventType *cel.Type) (*celEnvs, error) {

@@ -1,13 +1,13 @@
 package cel
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 	"unicode/utf8"
 
 	"cel.dev/cel-go/cel"
@@ -232,10 +232,12 @@ func (d *celDerivation) Step(state fold.State, decoded any, ev *fold.Event, key 
 func errStep(err error) error { return fmt.Errorf("step: %w", err) }
 
 // Export renders a state as plain Go values: nil, bool, int64, uint64,
-// float64, string, []byte, []any and map[string]any. Timestamps become
-// RFC 3339 strings, durations strings such as "1.5s", optional values
-// their value or nil. Map keys that are not strings are written in
-// decimal (ints, uints) or as "true"/"false".
+// float64, string, json.Number, []byte, []any and map[string]any.
+// Decimals become a json.Number of their exact text ("1000.00"),
+// timestamps RFC 3339 strings in UTC with the fraction of a second
+// trimmed ("2026-01-01T09:30:00Z"), durations strings such as "1.5s",
+// optional values their value or nil. Map keys that are not strings are
+// written in decimal (ints, uints) or as "true"/"false".
 func (d *celDerivation) Export(state fold.State) (v any, err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -271,7 +273,9 @@ func exportCELValue(v ref.Val, depth int) (any, error) {
 	case types.Bytes:
 		return slices.Clone([]byte(v)), nil
 	case types.Timestamp:
-		return v.Time.Format(time.RFC3339Nano), nil
+		return formatTimestamp(v.Time), nil
+	case *celDecimal:
+		return json.Number(v.text()), nil
 	case types.Duration:
 		return string(v.ConvertToType(types.StringType).(types.String)), nil
 	case *types.Optional:

@@ -45,6 +45,8 @@ func FuzzCELDecodeState(f *testing.F) {
 	}
 	f.Add([]byte{1, 't', 2, 3, 4})
 	f.Add([]byte{1, 'O', 'm', 1, 'i', 2, 'D', 4})
+	f.Add([]byte{1, 'N', 4, '1', '.', '5', '0'})
+	f.Add([]byte{1, 'l', 2, 'N', 4, '1', 'e', '+', '3', 'N', 2, '-', '0'})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) == 0 || data[0] != celStateV1 {
 			return

@@ -24,6 +24,10 @@ import (
 //	'l' list: uvarint count, values
 //	'm' map: uvarint count, key value pairs in order of their encodings
 //	't' timestamp: varint Unix seconds, uvarint nanoseconds, varint zone offset seconds
+//	    (written 0: timestamps are held in UTC; another offset, from an older
+//	    version, is read as the same instant in UTC)
+//	'N' decimal: uvarint length, its text (apd's to-scientific-string, which
+//	    keeps the exponent: "1000.00", "1E+3")
 //	'D' duration: varint nanoseconds
 //	'o' optional none   'O' optional of: value
 const celStateV1 = 1
@@ -74,6 +78,10 @@ func appendCELValue(b []byte, v ref.Val, depth int) ([]byte, error) {
 		return binary.AppendVarint(b, int64(offset)), nil
 	case types.Duration:
 		return binary.AppendVarint(append(b, 'D'), int64(v.Duration)), nil
+	case *celDecimal:
+		t := v.d.String()
+		b = binary.AppendUvarint(append(b, 'N'), uint64(len(t)))
+		return append(b, t...), nil
 	case *types.Optional:
 		if !v.HasValue() {
 			return append(b, 'o'), nil
@@ -244,6 +252,16 @@ func (r *celStateReader) value(depth int) (ref.Val, error) {
 	case 'D':
 		v, err := r.varint()
 		return types.Duration{Duration: time.Duration(v)}, err
+	case 'N':
+		v, err := r.bytes()
+		if err != nil {
+			return nil, err
+		}
+		d, err := parseDecimal(string(v))
+		if err != nil {
+			return nil, err
+		}
+		return d, nil
 	case 'o':
 		return types.OptionalNone, nil
 	case 'O':
@@ -277,11 +295,7 @@ func (r *celStateReader) timestamp() (ref.Val, error) {
 	if nsec >= 1e9 || off < -86400 || off > 86400 {
 		return nil, errors.New("bad timestamp")
 	}
-	t := time.Unix(sec, int64(nsec)).UTC()
-	if off != 0 {
-		t = t.In(time.FixedZone("", int(off)))
-	}
-	return types.Timestamp{Time: t}, nil
+	return types.Timestamp{Time: time.Unix(sec, int64(nsec)).UTC()}, nil
 }
 
 // list reads a list's length and elements.

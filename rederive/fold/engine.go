@@ -113,6 +113,11 @@ const (
 // like the source's partitioning) or the steps of different logs commute
 // (sums, counts, sets).
 //
+// An event that Prepare gives as AllKeys is applied, at its place in that
+// order, to every key holding a state there (see AllKeys): within its log
+// it is a barrier between the events before it and those after it, and
+// across logs it is ordered like any other event.
+//
 // Entries are read and prepared in batches by Workers goroutines in
 // parallel, put back in order, and each key's steps are applied by one of
 // Workers goroutines chosen by a hash of the key, so Step runs
@@ -146,9 +151,10 @@ func Fold(ctx context.Context, d Derivation, base *Result, spans []Span, o Optio
 		f.errCount.Store(int64(base.ErrorCount))
 	}
 	shards := make([]*shard, w)
+	seed := maphash.MakeSeed()
 	var wg sync.WaitGroup
 	for i := range shards {
-		sh := &shard{f: f, in: make(chan []step, 8), keys: newKeyTable()}
+		sh := &shard{f: f, in: make(chan []step, 8), keys: newKeyTable(), idx: i, n: w, seed: seed}
 		for _, s := range spans {
 			sh.logs = append(sh.logs, s.Pin.Log) // entries name their log by its span
 		}
@@ -156,7 +162,7 @@ func Fold(ctx context.Context, d Derivation, base *Result, spans []Span, o Optio
 		wg.Go(func() { sh.run(fctx) })
 	}
 	var prepErrs []foldError
-	p := &pipeline{d: d, spans: spans, workers: w, shards: w, progress: o.Progress, seed: maphash.MakeSeed()}
+	p := &pipeline{d: d, spans: spans, workers: w, shards: w, progress: o.Progress, seed: seed}
 	events, err := p.run(fctx, func(ctx context.Context, b *batch) error {
 		for _, e := range b.errs {
 			if len(prepErrs) < maxErrors {
@@ -354,7 +360,10 @@ func (f *fold) errors(shards []*shard, prepErrs []foldError) []EventError {
 		if c := cmp.Compare(a.Index, b.Index); c != 0 {
 			return c
 		}
-		return cmp.Compare(a.pos, b.pos)
+		if c := cmp.Compare(a.pos, b.pos); c != 0 || !a.all || !b.all {
+			return c
+		}
+		return cmp.Compare(a.Key, b.Key)
 	})
 	var out []EventError
 	for _, e := range errs[:min(len(errs), maxErrors)] {
@@ -365,10 +374,11 @@ func (f *fold) errors(shards []*shard, prepErrs []foldError) []EventError {
 
 // foldError is an EventError with the position of its key among the
 // entry's keys (-1 for an entry that failed to prepare), to order errors
-// as they were met.
+// as they were met. An AllKeys entry's errors (all) are ordered by key.
 type foldError struct {
 	EventError
 	pos int
+	all bool
 }
 
 // shard applies the steps of the keys that hash to it.
@@ -376,7 +386,10 @@ type shard struct {
 	f       *fold
 	in      chan []step
 	keys    *keyTable
-	found   []*slot // the slots of a batch's steps
+	idx, n  int          // this shard's number, of n
+	seed    maphash.Seed // the pipeline's, which picks a key's shard
+	hasBase bool         // keys holds every key of base that is this shard's
+	found   []*slot      // the slots of a batch's steps
 	sink    int64
 	logs    []string // the spans' logs, then base's others: slot.log
 	applied uint64
@@ -457,6 +470,10 @@ func (sh *shard) run(ctx context.Context) {
 		found := sh.locate(steps)
 		for i := range steps {
 			st := &steps[i]
+			if st.pos == allKeysPos {
+				sh.stepAll(st)
+				continue
+			}
 			sl := found[i]
 			if sl == nil { // new, or added by an earlier step of the batch
 				sl = sh.keys.find(st.key)
@@ -495,6 +512,52 @@ func (sh *shard) run(ctx context.Context) {
 			}
 			sh.applied++
 		}
+	}
+}
+
+// stepAll applies an AllKeys entry to every key of the shard that holds
+// a state: those of base first made the shard's. Errors are recorded in
+// key order.
+func (sh *shard) stepAll(st *step) {
+	d, base := sh.f.d, sh.f.base
+	if !sh.hasBase && base != nil {
+		for k, s := range base.States {
+			if sh.n > 1 && int(maphash.String(sh.seed, k)%uint64(sh.n)) != sh.idx {
+				continue
+			}
+			if sh.keys.find(k) != nil {
+				continue
+			}
+			sl := sh.keys.add(k)
+			sl.state = s
+			if ref, ok := base.newest(k); ok {
+				sl.id, sl.ns, sl.index, sl.leafHash = ref.ID, ref.Time.UnixNano(), ref.Index, ref.LeafHash
+				sl.log, sl.hasRef, sl.fromBase = sh.logOf(ref.Log), true, true
+			}
+		}
+	}
+	sh.hasBase = true
+	var errs []foldError
+	e := st.e
+	sh.keys.each(func(k string, sl *slot) {
+		next, err := d.Step(sl.state, st.dec, &e.Event, k)
+		if err != nil {
+			errs = append(errs, foldError{EventError: EventError{Log: e.Log, Index: e.Index, Key: k, Err: err.Error()}, all: true})
+			return
+		}
+		sl.state = next
+		if sh.newerThan(sl, e) {
+			sl.id, sl.ns, sl.index, sl.leafHash = e.ID, e.ns, e.Index, e.leafHash
+			sl.log, sl.hasRef, sl.fromBase = e.span, true, false
+		}
+		sh.applied++
+	})
+	slices.SortFunc(errs, func(a, b foldError) int { return cmp.Compare(a.Key, b.Key) })
+	for _, fe := range errs {
+		if len(sh.errs) < maxErrors {
+			sh.errs = append(sh.errs, fe)
+		}
+		sh.f.counted(fe)
 	}
 }
 

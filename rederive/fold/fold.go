@@ -52,6 +52,9 @@ type Derivation interface {
 	// Prepare decodes and filters an event. It returns the keys the event
 	// updates (none: the event does not apply) and a decoded form handed to
 	// Step for each key. An error is a derivation error on that event.
+	//
+	// An event that applies to every key (a table truncated, a reset)
+	// returns no keys and an AllKeys as its decoded form.
 	Prepare(ev *Event) (keys []string, decoded any, err error)
 	// Initial returns a key's state before its first event.
 	Initial(key string) (State, error)
@@ -65,6 +68,21 @@ type Derivation interface {
 	// incremental fold resumes from the same state a full fold would hold.
 	Encode(state State) ([]byte, error)
 	Decode(b []byte) (State, error)
+}
+
+// AllKeys is the decoded form Prepare returns, with no keys, for an event
+// that applies to every key: Fold then calls Step, with this AllKeys as
+// the decoded form, for every key that holds a state at the event's
+// position in the fold (base's keys and those earlier events made), and
+// for no key that gets its first state after it. The event is a barrier
+// in the order Fold applies events (see Fold): for each key it comes
+// after every event applied before it and before every event after it,
+// whatever Workers. It counts as the newest entry of each key it steps
+// when it is the newest by Result.Newest's rule, and appears in their
+// Lineage.
+type AllKeys struct {
+	// Decoded is the derivation's own decoded form of the event.
+	Decoded any
 }
 
 // LogReader reads a pinned source log for the engine.

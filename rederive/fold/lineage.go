@@ -34,11 +34,6 @@ func Lineage(ctx context.Context, d Derivation, spans []Span, keys map[string]bo
 	if w <= 0 {
 		w = runtime.GOMAXPROCS(0)
 	}
-	type trail struct {
-		state State
-		refs  []EventRef // a ring of the last n
-		next  int        // where the next ref goes once the ring is full
-	}
 	trails := make(map[string]*trail, len(keys))
 	p := &pipeline{
 		d: d, spans: spans, workers: w, shards: 1, progress: o.Progress, seed: maphash.MakeSeed(),
@@ -47,28 +42,25 @@ func Lineage(ctx context.Context, d Derivation, spans []Span, keys map[string]bo
 	_, err = p.run(ctx, func(_ context.Context, b *batch) error {
 		for i := range b.steps[0] {
 			st := &b.steps[0][i]
+			if st.pos == allKeysPos {
+				for k, t := range trails { // keys are independent: any order
+					t.step(d, st, k, n)
+				}
+				continue
+			}
 			t := trails[st.key]
 			if t == nil {
+				// As in Fold, a key holds a state once a step succeeded.
 				s, err := d.Initial(st.key)
 				if err != nil {
 					continue
 				}
-				t = &trail{state: s}
-				trails[st.key] = t
-			}
-			s, err := d.Step(t.state, st.dec, &st.e.Event, st.key)
-			if err != nil {
+				if t = (&trail{state: s}); t.step(d, st, st.key, n) {
+					trails[st.key] = t
+				}
 				continue
 			}
-			t.state = s
-			e := &st.e.Event
-			ref := EventRef{Log: e.Log, Index: e.Index, ID: e.ID, Time: e.Time, LeafHash: st.e.leafHash}
-			if len(t.refs) < n {
-				t.refs = append(t.refs, ref)
-			} else {
-				t.refs[t.next] = ref
-				t.next = (t.next + 1) % n
-			}
+			t.step(d, st, st.key, n)
 		}
 		return nil
 	})
@@ -86,4 +78,30 @@ func Lineage(ctx context.Context, d Derivation, spans []Span, keys map[string]bo
 		out[k] = slices.Concat(t.refs[t.next:], t.refs[:t.next])
 	}
 	return out, nil
+}
+
+// trail is a key's state and its last entries, as Lineage follows it.
+type trail struct {
+	state State
+	refs  []EventRef // a ring of the last n
+	next  int        // where the next ref goes once the ring is full
+}
+
+// step applies st to key's state and, unless the step fails, records its
+// entry among the last n. It reports whether the step succeeded.
+func (t *trail) step(d Derivation, st *step, key string, n int) bool {
+	s, err := d.Step(t.state, st.dec, &st.e.Event, key)
+	if err != nil {
+		return false
+	}
+	t.state = s
+	e := &st.e.Event
+	ref := EventRef{Log: e.Log, Index: e.Index, ID: e.ID, Time: e.Time, LeafHash: st.e.leafHash}
+	if len(t.refs) < n {
+		t.refs = append(t.refs, ref)
+	} else {
+		t.refs[t.next] = ref
+		t.next = (t.next + 1) % n
+	}
+	return true
 }

@@ -20,13 +20,18 @@ type entry struct {
 	span     int32 // the position of Event.Log in the pipeline's spans
 }
 
-// step is one key's application of a prepared entry.
+// step is one key's application of a prepared entry, or, with pos
+// allKeysPos, an entry that applies to every key (dec is an AllKeys).
 type step struct {
 	key string
 	dec any
 	e   *entry
 	pos int // the key's position among the entry's keys
 }
+
+// allKeysPos is the pos of an AllKeys entry's step: the pipeline gives
+// one to every shard, at the entry's place in their steps.
+const allKeysPos = -1
 
 // batch is a run of entries of one span, prepared.
 type batch struct {
@@ -210,6 +215,15 @@ func (p *pipeline) prepare(ctx context.Context, j job) (*batch, error) {
 			return nil
 		}
 		used := false
+		if ak, ok := dec.(AllKeys); ok && len(keys) == 0 {
+			for sh := range b.steps {
+				if b.steps[sh] == nil {
+					b.steps[sh] = make([]step, 0, stepsCap)
+				}
+				b.steps[sh] = append(b.steps[sh], step{dec: ak, e: e, pos: allKeysPos})
+			}
+			used = true
+		}
 		for pos, k := range keys {
 			if p.want != nil && !p.want(k) {
 				continue

@@ -164,7 +164,10 @@ type JobInfo struct {
 	LastRunAt    time.Time      `json:"last_run_at,omitzero"`
 	Confirmed    int            `json:"confirmed"`
 	Pending      int            `json:"pending"`
-	File         string         `json:"file,omitempty"`
+	// Skipped counts the events the latest run skipped on derivation
+	// errors (within error_budget).
+	Skipped int    `json:"skipped_events"`
+	File    string `json:"file,omitempty"`
 }
 
 // Jobs lists the derivations in name order.
@@ -179,6 +182,7 @@ func (d *Daemon) Jobs() []JobInfo {
 		info.Running = j.running
 		if rep := j.latest; rep != nil {
 			info.LastState, info.LastRunAt, info.Confirmed, info.Pending = rep.State, rep.StartedAt, rep.Confirmed, rep.Pending
+			info.Skipped = rep.DerivationErrors
 		}
 		j.mu.Unlock()
 		out = append(out, info)

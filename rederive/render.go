@@ -32,6 +32,15 @@ func WriteTable(w io.Writer, reports []*Report) error {
 		if r.Error != "" {
 			fmt.Fprintf(w, "\n%s: %s error: %s\n", r.Derivation, r.ErrorKind, r.Error)
 		}
+		if s := skipped(r); s != "" {
+			fmt.Fprintf(w, "\n%s: %s\n", r.Derivation, s)
+			for _, e := range r.Errors[:min(len(r.Errors), maxShownErrors)] {
+				fmt.Fprintf(w, "  skipped %s#%d: %s\n", e.Log, e.Index, e.Err)
+			}
+		}
+		if r.Waiting != "" && len(r.Drift) > 0 {
+			fmt.Fprintf(w, "\n%s: pending: %s\n", r.Derivation, r.Waiting)
+		}
 		if len(r.Drift) == 0 {
 			continue
 		}
@@ -44,6 +53,20 @@ func WriteTable(w io.Writer, reports []*Report) error {
 		}
 	}
 	return nil
+}
+
+// maxShownErrors bounds the skipped events a text or Markdown report lists
+// (the JSON report has the first 100).
+const maxShownErrors = 5
+
+// skipped says how many events a run skipped on derivation errors, or ""
+// if none: each such event is left out of the expected values, so the
+// store is judged without it.
+func skipped(r *Report) string {
+	if r.DerivationErrors == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d events skipped on derivation errors (their filter, key or step failed; the expected values leave them out)", r.DerivationErrors)
 }
 
 // describe says in a line what differs.
@@ -177,6 +200,15 @@ func WriteMarkdown(w io.Writer, reports []*Report) error {
 	for _, r := range reports {
 		if r.State == StateError {
 			fmt.Fprintf(&b, "\n### `%s`: %s error\n\n```\n%s\n```\n", r.Derivation, r.ErrorKind, r.Error)
+		}
+		if s := skipped(r); s != "" {
+			fmt.Fprintf(&b, "\n⚠️ `%s`: %s.\n\n", r.Derivation, s)
+			for _, e := range r.Errors[:min(len(r.Errors), maxShownErrors)] {
+				fmt.Fprintf(&b, "- `%s#%d`: %s\n", e.Log, e.Index, mdEscape(e.Err))
+			}
+		}
+		if r.Waiting != "" && len(r.Drift) > 0 {
+			fmt.Fprintf(&b, "\n⏳ `%s`: %s\n", r.Derivation, mdEscape(r.Waiting))
 		}
 		if len(r.Drift) == 0 {
 			continue

@@ -52,6 +52,9 @@ type Report struct {
 	Pins []fold.Pin `json:"pins"`
 	// Watermarks are the sizes the store reported having applied.
 	Watermarks map[string]uint64 `json:"watermarks,omitempty"`
+	// Ahead names the source logs whose store watermark is ahead of the
+	// latest signed checkpoint: while any is, every drift is pending.
+	Ahead []string `json:"watermark_ahead,omitempty"`
 	Events     uint64            `json:"events_folded"`
 	Keys       int               `json:"keys"`
 	Stats      compare.Stats     `json:"compare"`

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/auditd/auditd/ledger"
@@ -143,12 +144,26 @@ func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
 	if f != nil {
 		return fail(f)
 	}
+	if res.ErrorCount > 0 && len(res.States) == 0 {
+		// Not one event derived a key: the derivation is broken (a typo
+		// in a field name, a step that cannot run), and every row of the
+		// store would be reported as drift that is not the store's.
+		first := ""
+		if len(res.Errors) > 0 {
+			e := res.Errors[0]
+			first = fmt.Sprintf("; the first, %s#%d: %s", e.Log, e.Index, e.Err)
+		}
+		return fail(&runFailure{ErrKindDerivation, fmt.Errorf("%w: every event failed (%d derivation errors, no key derived): the derivation is broken, not the store%s", ErrAllEventsFailed, res.ErrorCount, first)})
+	}
 	drifts, f := r.compare(ctx, rep, st, sp, d, res)
 	if f != nil {
 		return fail(f)
 	}
 
 	r.classify(rep, sp, res, drifts, hasMarks, now())
+	if len(rep.Ahead) > 0 && len(rep.Drift) > 0 {
+		rep.Waiting = "drift judged once a signed checkpoint covers the store's watermark: " + strings.Join(rep.Ahead, "; ")
+	}
 	if err := r.attachLineage(ctx, rep, sp, d, fullSpans, cps, opts); err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -219,7 +234,13 @@ func (r *Runner) spans(ctx context.Context, rep *Report, st store.Store, cps []f
 	for i, cp := range cps {
 		pin := cp
 		if hasMarks {
-			wm := marks[cp.Log]
+			wm, ok := marks[cp.Log]
+			if !ok {
+				// Folding the log to 0 entries would report every key it
+				// derives as drift: the store's watermark table is wrong or
+				// incomplete, which the store's operator must fix.
+				return nil, false, &runFailure{ErrKindStore, fmt.Errorf("%w: the store reports watermarks for %s but none for the source log %s: add a row for it to the watermark table (0 if the store has applied none of it)", ErrWatermarkMissing, logNames(marks), cp.Log)}
+			}
 			if wm > cp.Size {
 				// The store applied entries not signed yet: judged at the
 				// older checkpoint, its newer values would be drift.
@@ -227,6 +248,12 @@ func (r *Runner) spans(ctx context.Context, rep *Report, st store.Store, cps []f
 					return nil, false, ledgerFailure(fmt.Errorf("checkpoint of %s: %w", cp.Log, err))
 				}
 				cps[i], pin = cp, cp
+				if wm > cp.Size {
+					// Still ahead: the keys those entries touch cannot be
+					// judged yet, and which they are is unknown until they
+					// are signed, so every drift of this run is pending.
+					rep.Ahead = append(rep.Ahead, fmt.Sprintf("%s: the store's watermark %d is ahead of the latest signed checkpoint (size %d)", cp.Log, wm, cp.Size))
+				}
 			}
 			if wm < cp.Size {
 				if pin, err = pinBelow(ctx, r.ledger, cp.Log, wm, cp); err != nil {
@@ -461,7 +488,7 @@ func (r *Runner) classify(rep *Report, sp *spec.Spec, res *fold.Result, drifts [
 			out.Newest = &ref
 		}
 		young := !hasMarks && out.Newest != nil && now.Sub(out.Newest.Time) < grace
-		if !young && c.Runs >= confirmRuns {
+		if !young && c.Runs >= confirmRuns && len(rep.Ahead) == 0 {
 			out.Status = "confirmed"
 			confirmed = append(confirmed, out)
 		} else {
@@ -533,6 +560,16 @@ func (r *Runner) attachLineage(ctx context.Context, rep *Report, sp *spec.Spec, 
 		}
 	}
 	return nil
+}
+
+// logNames lists the logs of marks, sorted.
+func logNames(marks map[string]uint64) []string {
+	out := make([]string, 0, len(marks))
+	for l := range marks {
+		out = append(out, l)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // finish records the run's metrics and, in the daemon, its report.

@@ -37,6 +37,15 @@ type Ledger interface {
 // signed checkpoint: a signature, a leaf, a root or a proof.
 var ErrVerification = errors.New("rederive: ledger verification failed")
 
+// ErrAllEventsFailed ends a run whose every event failed to derive (no key
+// derived, derivation errors met): the derivation is broken, and the
+// store is not judged on it.
+var ErrAllEventsFailed = errors.New("rederive: every event failed")
+
+// ErrWatermarkMissing ends a run against a store that reports watermarks
+// but none for one of the derivation's source logs.
+var ErrWatermarkMissing = errors.New("rederive: no watermark for a source log")
+
 // matchLogs returns the logs matching any of the patterns, sorted.
 func matchLogs(logs, patterns []string) []string {
 	var out []string

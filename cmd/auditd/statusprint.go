@@ -63,7 +63,7 @@ func printStatus(w io.Writer, st *serverStatus, now time.Time) {
 }
 
 func printDerivations(tw io.Writer, ds []json.RawMessage, now time.Time) {
-	fmt.Fprintln(tw, "\nDERIVATION\tSTORE\tLAST STATE\tLAST RUN\tCONFIRMED\tPENDING")
+	fmt.Fprintln(tw, "\nDERIVATION\tSTORE\tLAST STATE\tLAST RUN\tCONFIRMED\tPENDING\tSKIPPED")
 	if ds == nil {
 		fmt.Fprintln(tw, "(none configured)")
 	}
@@ -77,7 +77,7 @@ func printDerivations(tw io.Writer, ds []json.RawMessage, now time.Time) {
 		if d.Running {
 			state += " (running)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\n", d.Name, d.Store, state, ago(d.LastRunAt, now), d.Confirmed, d.Pending)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\n", d.Name, d.Store, state, ago(d.LastRunAt, now), d.Confirmed, d.Pending, d.Skipped)
 	}
 }
 

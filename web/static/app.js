@@ -103,7 +103,8 @@ async function refreshSection(path, field, table, row) {
 
 const derivationRow = (d) => el('tr', { 'data-derivation': d.name }, el('td', {}, d.name), el('td', {}, d.store),
   el('td', { class: 'state-' + (d.last_state || 'none') }, (d.last_state || 'not run yet') + (d.running ? ' (running)' : '')),
-  el('td', {}, ago(d.last_run_at)), el('td', {}, d.confirmed), el('td', {}, d.pending));
+  el('td', {}, ago(d.last_run_at)), el('td', {}, d.confirmed), el('td', {}, d.pending),
+  el('td', { class: d.skipped_events ? 'state-error' : '' }, d.skipped_events || 0));
 
 const checkRow = (c) => el('tr', { 'data-check': c.name }, el('td', {}, c.name), el('td', {}, c.state),
   el('td', { class: 'state-' + (c.last_run ? c.last_run.result : 'none') }, c.last_run ? c.last_run.result : 'never ran'),

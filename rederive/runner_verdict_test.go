@@ -1,0 +1,161 @@
+package rederive
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/auditd/auditd/ledger"
+	"github.com/auditd/auditd/rederive/store/storetest"
+)
+
+// TestRunnerWatermarkAheadIsPending: a store whose watermark stays ahead of
+// the latest signed checkpoint (it applied an entry not signed yet) is not
+// judged on the keys that entry touched: its drifts are pending, with the
+// reason, never confirmed. Once a checkpoint covers the watermark, the same
+// store is clean, and a real fault in it is confirmed.
+func TestRunnerWatermarkAheadIsPending(t *testing.T) {
+	t.Parallel()
+	// Checkpoints of entries at most every hour: the second append stays
+	// unsigned for the whole run (the first is signed at once).
+	lg := newRTLedger(t, ledger.WithCheckpointInterval(time.Hour))
+	evs := rtTransfers(21, 1101, 40, "acct-") // past a read batch
+	lg.append(t, "payments", evs[:1100])
+	lg.appendUnsigned(t, "payments", evs[1100:])
+	all := rtBalances(evs, nil)
+	n := int64(len(all))
+	pg := newRTPG(t)
+	pg.set(t, all)
+	wm := storetest.PostgresTable(t, pg.conn, "log text, size bigint")
+	storetest.Exec(t, pg.conn, fmt.Sprintf("INSERT INTO %s VALUES ('payments', 1101)", wm))
+	cfg := pg.config()
+	cfg.Postgres.WatermarkQuery = "SELECT log, size FROM " + wm
+	job := rtJob(t, rtSpec("balances", cfg))
+
+	rep := rtRun(t, lg.runner(nil), job, false)
+	if size := lg.checkpoint(t, "payments").Size; size != 1100 {
+		t.Fatalf("checkpoint at %d during the run: the case is not exercised", size)
+	}
+	if rep.State != StatePending || rep.Confirmed != 0 || rep.Pending != 2 {
+		t.Fatalf("state %s, confirmed %d, pending %d; want pending with the 2 keys entry 1100 touched", rep.State, rep.Confirmed, rep.Pending)
+	}
+	if len(rep.Ahead) != 1 || !strings.Contains(rep.Waiting, "watermark 1101") || !strings.Contains(rep.Waiting, "size 1100") {
+		t.Errorf("ahead %q, waiting %q: want the watermark and the checkpoint named", rep.Ahead, rep.Waiting)
+	}
+	for _, d := range rep.Drift {
+		if d.Key != evs[1100].From && d.Key != evs[1100].To || d.Status != "pending" {
+			t.Errorf("drift %+v: want the pending keys of entry 1100", d)
+		}
+	}
+	var text bytes.Buffer
+	if err := WriteTable(&text, []*Report{rep}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text.String(), "ahead of the latest signed checkpoint") {
+		t.Errorf("the text report does not say why the drift is pending:\n%s", text.String())
+	}
+
+	// The same rows under a watermark the signed checkpoint covers: the
+	// store claims 1,100 entries but holds entry 1,100's effect too, a real
+	// fault, confirmed.
+	storetest.Exec(t, pg.conn, "UPDATE "+wm+" SET size = 1100")
+	rep = rtRun(t, lg.runner(nil), job, false)
+	if rep.State != StateDrift || rep.Confirmed != 2 || len(rep.Ahead) != 0 {
+		t.Errorf("watermark 1100: state %s, confirmed %d, ahead %q; want the 2 keys confirmed", rep.State, rep.Confirmed, rep.Ahead)
+	}
+	if rep.Stats.Keys != n {
+		t.Errorf("keys %d, want %d", rep.Stats.Keys, n)
+	}
+}
+
+// TestRunnerWatermarkMissingLogIsError: a store that reports watermarks,
+// but none for one of the derivation's source logs, ends the run in error
+// naming the log, instead of folding that log to 0 entries and reporting
+// every key it derives as drift.
+func TestRunnerWatermarkMissingLogIsError(t *testing.T) {
+	t.Parallel()
+	lg := newRTLedger(t)
+	pay, ref := rtTransfers(3, 300, 10, "acct-"), rtTransfers(4, 300, 10, "acct-")
+	lg.append(t, "payments", pay)
+	lg.append(t, "refunds", ref)
+	pg := newRTPG(t)
+	pg.set(t, rtMerge(rtBalances(pay, nil), rtBalances(ref, nil)))
+	wm := storetest.PostgresTable(t, pg.conn, "log text, size bigint")
+	storetest.Exec(t, pg.conn, fmt.Sprintf("INSERT INTO %s VALUES ('payments', 300)", wm))
+	cfg := pg.config()
+	cfg.Postgres.WatermarkQuery = "SELECT log, size FROM " + wm
+	job := rtJob(t, rtSpec("balances", cfg, "payments", "refunds"))
+
+	rep := rtRun(t, lg.runner(nil), job, false)
+	rtCheck(t, rep, rtWant{State: StateError, ErrorKind: ErrKindStore})
+	if !strings.Contains(rep.Error, "refunds") || !strings.Contains(rep.Error, ErrWatermarkMissing.Error()) {
+		t.Errorf("error %q: want the missing log named", rep.Error)
+	}
+
+	// With its row, the same store is clean.
+	storetest.Exec(t, pg.conn, fmt.Sprintf("INSERT INTO %s VALUES ('refunds', 300)", wm))
+	rep = rtRun(t, lg.runner(nil), job, false)
+	if rep.State != StateClean {
+		t.Errorf("with every log's watermark: state %s (%s), want clean", rep.State, rep.Error)
+	}
+}
+
+// TestRunnerEveryEventFailsIsError: a step with a typo fails on every event;
+// within the error budget that used to leave no key derived and report every
+// row of a correct store as extra drift. It is a derivation error, exit 2
+// in verify, and no drift.
+func TestRunnerEveryEventFailsIsError(t *testing.T) {
+	t.Parallel()
+	lg := newRTLedger(t)
+	evs := rtTransfers(5, 300, 12, "acct-")
+	lg.append(t, "payments", evs)
+	pg := newRTPG(t)
+	pg.set(t, rtBalances(evs, nil))
+	sp := rtSpec("balances", pg.config())
+	sp.ErrorBudget = 1000
+	sp.Step = `key == event.from ? state - event.amont : state + event.amont`
+	rep := rtRun(t, lg.runner(nil), rtJob(t, sp), false)
+	rtCheck(t, rep, rtWant{State: StateError, ErrorKind: ErrKindDerivation})
+	if !strings.Contains(rep.Error, "every event failed") || !strings.Contains(rep.Error, "amont") {
+		t.Errorf("error %q: want every event failed, with the first error", rep.Error)
+	}
+	if rep.DerivationErrors < 300 {
+		t.Errorf("derivation errors %d, want at least one per event (300)", rep.DerivationErrors)
+	}
+}
+
+// TestRunnerSkippedEventsShown: events skipped on derivation errors within
+// the budget are named in the text, Markdown and JUnit reports, not only in
+// the JSON.
+func TestRunnerSkippedEventsShown(t *testing.T) {
+	t.Parallel()
+	lg := newRTLedger(t)
+	evs := rtTransfers(8, 1030, 9, "acct-")
+	for _, i := range []int{3, 500, 1027} {
+		evs[i] = rtEvent{Raw: `{"type":"transfer","from":"acct-1","amount":5}`} // no "to"
+	}
+	lg.append(t, "payments", evs)
+	pg := newRTPG(t)
+	pg.set(t, rtBalances(evs, nil))
+	sp := rtSpec("balances", pg.config())
+	sp.ErrorBudget = 10
+	rep := rtRun(t, lg.runner(nil), rtJob(t, sp), false)
+	if rep.State != StateClean || rep.DerivationErrors != 3 {
+		t.Fatalf("state %s, derivation errors %d; want clean with 3 skipped", rep.State, rep.DerivationErrors)
+	}
+	for name, write := range map[string]func(*bytes.Buffer) error{
+		"text":     func(b *bytes.Buffer) error { return WriteTable(b, []*Report{rep}) },
+		"markdown": func(b *bytes.Buffer) error { return WriteMarkdown(b, []*Report{rep}) },
+		"junit":    func(b *bytes.Buffer) error { return WriteJUnit(b, []*Report{rep}) },
+	} {
+		var b bytes.Buffer
+		if err := write(&b); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(b.String(), "3 events skipped") || !strings.Contains(b.String(), "payments#1027") {
+			t.Errorf("%s report does not show the skipped events:\n%s", name, b.String())
+		}
+	}
+}

@@ -54,12 +54,12 @@ type Report struct {
 	Watermarks map[string]uint64 `json:"watermarks,omitempty"`
 	// Ahead names the source logs whose store watermark is ahead of the
 	// latest signed checkpoint: while any is, every drift is pending.
-	Ahead []string `json:"watermark_ahead,omitempty"`
-	Events     uint64            `json:"events_folded"`
-	Keys       int               `json:"keys"`
-	Stats      compare.Stats     `json:"compare"`
-	Confirmed  int               `json:"confirmed"`
-	Pending    int               `json:"pending"`
+	Ahead     []string      `json:"watermark_ahead,omitempty"`
+	Events    uint64        `json:"events_folded"`
+	Keys      int           `json:"keys"`
+	Stats     compare.Stats `json:"compare"`
+	Confirmed int           `json:"confirmed"`
+	Pending   int           `json:"pending"`
 	// Drift lists up to MaxReportedDrift drifted keys, confirmed first.
 	Drift []DriftReport `json:"drift"`
 	// DerivationErrors counts events whose filter, key or step failed.

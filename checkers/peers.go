@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,22 +55,21 @@ func (p Peer) Origin(log string) string {
 	return p.Verifier.Name() + "/" + log
 }
 
-// key identifies a peer for duplicate detection: its URL, or its key and
-// origins (the same log served at two addresses).
+// key identifies a peer: its URL.
 func (p Peer) key() string { return strings.TrimRight(p.URL, "/") }
 
 // ErrPeerConfig reports a peer list that cannot be checked: a peer listed
-// twice, a peer that is this instance, a peer without URL or key.
+// twice, a peer without URL or key.
 var ErrPeerConfig = errors.New("checkers: peer configuration")
 
-// ValidatePeers checks peers against this instance, whose checkpoints are
-// verified by self with origins "<self name>/<log>": no peer without a URL
-// or verifier, none listed twice (same URL, or same key and origins), none
-// that is this instance (its key and its origins), which would only ever
-// agree with itself.
-func ValidatePeers(self note.Verifier, peers []Peer) error {
+// ValidatePeers checks a peer list: no peer without an http(s) URL or a
+// verifier, none listed twice (same URL). Peers with the same key and
+// origins as each other or as this instance are allowed: several instances
+// signing one log with one key (a split brain, or a copied data directory)
+// is what the check must compare, and at check time a peer that answers
+// with this instance's identity is told apart and skipped (WithInstance).
+func ValidatePeers(peers []Peer) error {
 	seen := map[string]int{}
-	seenKey := map[string]int{}
 	for i, p := range peers {
 		if p.URL == "" || p.Verifier == nil {
 			return fmt.Errorf("%w: peer %d: url and key are required", ErrPeerConfig, i)
@@ -80,14 +81,6 @@ func ValidatePeers(self note.Verifier, peers []Peer) error {
 			return fmt.Errorf("%w: peer %d (%s) is listed twice (also peer %d)", ErrPeerConfig, i, p.URL, j)
 		}
 		seen[p.key()] = i
-		id := verifierID(p.Verifier) + "\x00" + p.Origin("\x00") + "\x00" + fmt.Sprint(p.Origins)
-		if j, ok := seenKey[id]; ok {
-			return fmt.Errorf("%w: peer %d (%s) has the same key and origins as peer %d: one log listed twice", ErrPeerConfig, i, p.URL, j)
-		}
-		seenKey[id] = i
-		if self != nil && verifierID(p.Verifier) == verifierID(self) && p.Origin("\x00") == self.Name()+"/\x00" && len(p.Origins) == 0 {
-			return fmt.Errorf("%w: peer %d (%s) is this instance: same verifier key and origins", ErrPeerConfig, i, p.URL)
-		}
 	}
 	return nil
 }
@@ -103,7 +96,13 @@ func verifierID(v note.Verifier) string { return fmt.Sprintf("%s+%08x", v.Name()
 // the larger, built from this instance's tree when its checkpoint is the
 // larger and fetched from the peer (and verified) when the peer's is. Two
 // checkpoints that cannot both be true are a finding of kind fork, with
-// both signed notes as its evidence. A peer that cannot be reached or
+// both signed notes as its evidence. When the peer's checkpoint is signed
+// by this instance's own key for this log's origin (two instances signing
+// with one key), the fork is evidence that this log published two
+// histories: the check also puts the log read-only (ledger.Log.Forked),
+// which raises the ledger's own integrity alert. A peer that answers with
+// this instance's identity (WithInstance) is this instance, and is not
+// compared. A peer that cannot be reached or
 // answers something that is not a checkpoint or a proof is an error of the
 // pass, never a finding; the other peers are checked all the same.
 //
@@ -119,23 +118,36 @@ type PeerCheck struct {
 	// history remembers the largest checkpoint each peer served, by
 	// peer and log (see checkHistory).
 	history *ledger.Bucket
+	self    Instance
+	log     *slog.Logger
+
+	mu sync.Mutex
+	// identities holds what each peer's last answer said of its identity
+	// (see peerIdentity), by peer key.
+	identities map[string]string
+	// reported holds the fork evidence given to ledger.Log.Forked, by
+	// peer and log (see forked).
+	reported map[string]string
 }
 
 var _ Checker = (*PeerCheck)(nil)
 
 // NewPeerCheck returns the cross-check of store's logs with peers. It
-// refuses a peer list with a peer listed twice; ValidatePeers also refuses
-// this instance as a peer, which the configuration checks.
-func NewPeerCheck(store *ledger.Store, peers []Peer) (*PeerCheck, error) {
-	if err := ValidatePeers(nil, peers); err != nil {
+// refuses a peer list ValidatePeers refuses.
+func NewPeerCheck(store *ledger.Store, peers []Peer, opts ...PeerOption) (*PeerCheck, error) {
+	if err := ValidatePeers(peers); err != nil {
 		return nil, err
 	}
 	history, err := store.Bucket(peerHistoryBucket)
 	if err != nil {
 		return nil, err
 	}
-	return &PeerCheck{store: store, peers: peers, http: &http.Client{Timeout: 30 * time.Second}, m: newPeerMetrics(peers),
-		history: history}, nil
+	c := &PeerCheck{store: store, peers: peers, http: &http.Client{Timeout: 30 * time.Second}, m: newPeerMetrics(peers),
+		history: history, log: slog.Default(), identities: map[string]string{}, reported: map[string]string{}}
+	for _, o := range opts {
+		o(c)
+	}
+	return c, nil
 }
 
 // Comparison results, the result label of peer_comparisons_total.
@@ -145,6 +157,7 @@ const (
 	peerBad      = "bad"      // a finding of kind peer_checkpoint_bad
 	peerRollback = "rollback" // a finding of kind peer_rollback (and no fork)
 	peerUnsigned = "unsigned" // one side has signed nothing yet
+	peerSelf     = "self"     // the peer is this instance: not compared
 	peerError    = "error"    // the peer could not be reached or answered garbage
 )
 
@@ -159,7 +172,7 @@ func newPeerMetrics(peers []Peer) *peerMetrics {
 	m := &peerMetrics{
 		comparisons: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "peer_comparisons_total",
-			Help: "Logs compared with a peer's signed checkpoint, by peer and result: agree, fork, bad (checkpoint does not verify), rollback (behind or off what the peer signed before), unsigned (nothing to compare yet), error.",
+			Help: "Logs compared with a peer's signed checkpoint, by peer and result: agree, fork, bad (checkpoint does not verify), rollback (behind or off what the peer signed before), unsigned (nothing to compare yet), self (the peer is this instance: not compared), error.",
 		}, []string{"peer", "result"}),
 		agreed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "peer_agreed_size",
@@ -167,7 +180,7 @@ func newPeerMetrics(peers []Peer) *peerMetrics {
 		}, []string{"peer"}),
 	}
 	for _, p := range peers {
-		for _, r := range []string{peerAgree, peerFork, peerBad, peerRollback, peerUnsigned, peerError} {
+		for _, r := range []string{peerAgree, peerFork, peerBad, peerRollback, peerUnsigned, peerSelf, peerError} {
 			m.comparisons.WithLabelValues(p.URL, r)
 		}
 	}
@@ -255,9 +268,13 @@ func (c *PeerCheck) checkLog(ctx context.Context, cl *client.Client, peer Peer, 
 		result = peerUnsigned
 		return nil // nothing signed yet: nothing to compare
 	}
-	raw, err := c.fetchCheckpoint(ctx, peer, name)
+	raw, who, err := c.fetchCheckpoint(ctx, peer, name)
 	if err != nil {
 		return err
+	}
+	if c.peerIdentity(peer, who) == "self" {
+		result = peerSelf
+		return nil // this instance, through its own URL: it agrees with itself
 	}
 	if raw == nil {
 		result = peerUnsigned
@@ -293,6 +310,9 @@ func (c *PeerCheck) checkLog(ctx context.Context, cl *client.Client, peer Peer, 
 			Detail: fmt.Sprintf("peer %s: our checkpoint of size %d (root %s) and the peer's of size %d (root %s) cannot both be true: %s",
 				peer.URL, mine.Size, mine.Root, theirs.Size, theirs.Root, detail),
 			Evidence: []string{string(mine.Note), string(raw)}})
+		if signedByUs(peer, mine, theirs) {
+			c.forked(l, peer, mine, theirs, detail)
+		}
 	}
 	if grew && result == peerAgree {
 		return c.remember(peer, name, raw)
@@ -349,39 +369,80 @@ func forkBetween(ctx context.Context, cl *client.Client, l *ledger.Log, name str
 // maxCheckpointBytes bounds a peer's checkpoint note.
 const maxCheckpointBytes = 64 << 10
 
-func (c *PeerCheck) fetchCheckpoint(ctx context.Context, peer Peer, name string) ([]byte, error) {
+// fetchCheckpoint returns the peer's latest checkpoint of the log, nil if
+// it has signed none yet, and the headers of the answer (which name the
+// instance that answered, see Instance).
+func (c *PeerCheck) fetchCheckpoint(ctx context.Context, peer Peer, name string) ([]byte, http.Header, error) {
 	u := strings.TrimRight(peer.URL, "/") + "/v1/logs/" + url.PathEscape(name) + "/checkpoint"
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if peer.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+peer.Token)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint: %w", err)
+		return nil, nil, fmt.Errorf("checkpoint: %w", err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxCheckpointBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", u, err)
+		return nil, nil, fmt.Errorf("GET %s: %w", u, err)
 	}
 	if resp.StatusCode == http.StatusNotFound {
 		var e struct {
 			Code string `json:"code"`
 		}
 		if json.Unmarshal(b, &e) == nil && e.Code == "no_checkpoint" {
-			return nil, nil // a log the peer has not signed yet
+			return nil, resp.Header, nil // a log the peer has not signed yet
 		}
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", u, resp.Status)
+		return nil, nil, fmt.Errorf("GET %s: %s", u, resp.Status)
 	}
 	if len(b) > maxCheckpointBytes {
-		return nil, fmt.Errorf("GET %s: checkpoint larger than %d bytes", u, maxCheckpointBytes)
+		return nil, nil, fmt.Errorf("GET %s: checkpoint larger than %d bytes", u, maxCheckpointBytes)
 	}
-	return b, nil
+	return b, resp.Header, nil
+}
+
+// forked puts l read-only (ledger.Log.Forked) on the peer's checkpoint
+// theirs, which our key signed and which contradicts ours, mine: positive
+// evidence that this log published two histories, so it signs nothing
+// more. Forked records it as an integrity failure of kind fork, which
+// serve raises as the alert integrity/<log>/fork, beside this finding's
+// integrity/checks/peers/<log>/fork: both fire, on purpose. The finding's
+// alert is the check's (resolved when a complete pass no longer finds the
+// fork); the ledger's says the log is read-only and stays until an
+// operator recovers it. Each piece of evidence (peer, log, both
+// checkpoints) is given to Forked once per process, not on every pass that
+// finds it again: the log's state would not change, and Forked appends it
+// to the log's durable fork mark each time.
+func (c *PeerCheck) forked(l *ledger.Log, peer Peer, mine, theirs *ledger.SignedCheckpoint, detail string) {
+	k, ev := string(historyKey(peer, l.Name())), fmt.Sprintf("%d %s %d %s", mine.Size, mine.Root, theirs.Size, theirs.Root)
+	c.mu.Lock()
+	same := c.reported[k] == ev
+	c.reported[k] = ev
+	c.mu.Unlock()
+	if same {
+		return
+	}
+	l.Forked("peer "+redactURL(peer.URL), fmt.Sprintf(
+		"our checkpoint of size %d (root %s) and the peer's of size %d (root %s), both signed by this instance's key, cannot both be true: %s",
+		mine.Size, mine.Root, theirs.Size, theirs.Root, detail))
+}
+
+// signedByUs reports whether the peer's checkpoint theirs (verified with the
+// peer's key) is signed by the key that signed ours, mine, for the same
+// origin: the peer's key verifies our own note. Then one key signed two
+// histories of the log.
+func signedByUs(peer Peer, mine, theirs *ledger.SignedCheckpoint) bool {
+	if theirs.Origin != mine.Origin {
+		return false
+	}
+	_, err := note.Open(mine.Note, note.VerifierList(peer.Verifier))
+	return err == nil
 }
 
 // openPeerCheckpoint verifies a peer's signed checkpoint. A note that is

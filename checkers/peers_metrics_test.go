@@ -48,8 +48,8 @@ func TestPeerMetrics(t *testing.T) {
 	if v := got["peer_agreed_size "+honest.url]; v != 600 {
 		t.Errorf("agreed size %v, want 600", v)
 	}
-	if n := got["peer_comparisons_total series"]; n != 18 {
-		t.Errorf("%v series, want 6 results for each of 3 peers", n)
+	if n := got["peer_comparisons_total series"]; n != 21 {
+		t.Errorf("%v series, want 7 results for each of 3 peers", n)
 	}
 }
 

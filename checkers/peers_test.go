@@ -387,8 +387,10 @@ func TestPeerOrigins(t *testing.T) {
 	}
 }
 
-// TestPeerConfig: a peer listed twice, by URL or by key and origins, a
-// peer that is this instance, and peers without URL or key are refused.
+// TestPeerConfig: a peer listed twice (by URL) and peers without URL or
+// key are refused; peers sharing a key and origins with each other or with
+// this instance (a split brain, several instances signing with one key)
+// are allowed: at check time, identities tell them apart.
 func TestPeerConfig(t *testing.T) {
 	self, other := newKey(t), newKey(t)
 	p := func(u string, k testKey) checkers.Peer { return checkers.Peer{URL: u, Verifier: k.verifier} }
@@ -400,13 +402,14 @@ func TestPeerConfig(t *testing.T) {
 		{"two peers", []checkers.Peer{p("http://a:1", other), p("http://b:1", newKey(t))}, true},
 		{"same key, other origin prefix", []checkers.Peer{{URL: "http://a:1", Verifier: self.verifier, OriginPrefix: "mirror/"}}, true},
 		{"same URL twice", []checkers.Peer{p("http://a:1", other), p("http://a:1/", newKey(t))}, false},
-		{"same key and origins twice", []checkers.Peer{p("http://a:1", other), p("http://b:1", other)}, false},
-		{"this instance", []checkers.Peer{p("http://a:1", self)}, false},
+		{"same key and origins twice", []checkers.Peer{p("http://a:1", other), p("http://b:1", other)}, true},
+		{"this instance's key and origins", []checkers.Peer{p("http://a:1", self)}, true},
+		{"this instance's key at two URLs", []checkers.Peer{p("http://a:1", self), p("http://b:1", self)}, true},
 		{"no URL", []checkers.Peer{p("", other)}, false},
 		{"not http", []checkers.Peer{p("ftp://a", other)}, false},
 		{"no key", []checkers.Peer{{URL: "http://a:1"}}, false},
 	} {
-		err := checkers.ValidatePeers(self.verifier, tc.peers)
+		err := checkers.ValidatePeers(tc.peers)
 		if (err == nil) != tc.ok {
 			t.Errorf("%s: err %v, want ok %v", tc.name, err, tc.ok)
 		}

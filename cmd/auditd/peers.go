@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -21,8 +22,16 @@ type PeersConfig struct {
 	// (POST /v1/checks/peers/run still runs it). Default 1m when peers
 	// are listed.
 	Interval time.Duration `yaml:"interval"`
-	// List holds the peers, each checked on every pass.
+	// List holds the peers, each checked on every pass. A peer may sign
+	// with this instance's key (a split brain: two instances signing one
+	// log; or one list shared by every instance, this one included): a
+	// peer that answers with this instance's identity is skipped.
 	List []PeerConfig `yaml:"list"`
+
+	// self is this instance's identity, and logger where the
+	// cross-check's warnings go; both set by serve (openIdentity).
+	self   checkers.Instance
+	logger *slog.Logger
 }
 
 // PeerConfig is one peer: another auditd consuming the same partitions,
@@ -50,8 +59,10 @@ type PeerConfig struct {
 }
 
 // peers turns the configuration into checkers.Peers and refuses a peer
-// without URL or key, a key that does not parse, a peer listed twice and a
-// peer that is this instance (self verifies this instance's checkpoints).
+// without URL or key, a key that does not parse and a peer listed twice. A
+// peer that signs with this instance's key (self, when not nil) is allowed,
+// and logged with serve's logger: it is compared, and a fork with it puts
+// the log read-only, unless it answers as this instance.
 func (c PeersConfig) peers(self note.Verifier) ([]checkers.Peer, error) {
 	if c.Interval < 0 {
 		return nil, fmt.Errorf("config: checks.peers.interval must not be negative")
@@ -79,8 +90,14 @@ func (c PeersConfig) peers(self note.Verifier) ([]checkers.Peer, error) {
 		out = append(out, checkers.Peer{URL: pc.URL, Verifier: v, OriginPrefix: pc.OriginPrefix,
 			Origins: pc.Origins, Logs: pc.Logs, Token: pc.Token})
 	}
-	if err := checkers.ValidatePeers(self, out); err != nil {
+	if err := checkers.ValidatePeers(out); err != nil {
 		return nil, fmt.Errorf("config: checks.peers: %w", err)
+	}
+	for _, p := range out {
+		if self != nil && c.logger != nil && p.Verifier.Name() == self.Name() && p.Verifier.KeyHash() == self.KeyHash() {
+			c.logger.Info("peer signs with this instance's key: compared unless it answers as this instance; a fork with it puts the log read-only",
+				"peer", p.URL, "instance", c.self.ID)
+		}
 	}
 	return out, nil
 }
@@ -90,7 +107,8 @@ func (c PeersConfig) peers(self note.Verifier) ([]checkers.Peer, error) {
 const peerRate = 100
 
 // peerCheckers is the peer cross-check as the daemon schedules it, none
-// without peers; the configuration is refused as peers refuses it.
+// without peers; the configuration is refused as peers refuses it. v
+// verifies this instance's checkpoints.
 func peerCheckers(store *ledger.Store, v note.Verifier, cfg PeersConfig) ([]scheduledChecker, error) {
 	if len(cfg.List) == 0 {
 		return nil, nil
@@ -99,7 +117,11 @@ func peerCheckers(store *ledger.Store, v note.Verifier, cfg PeersConfig) ([]sche
 	if err != nil {
 		return nil, err
 	}
-	pc, err := checkers.NewPeerCheck(store, ps)
+	logger := cfg.logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	pc, err := checkers.NewPeerCheck(store, ps, checkers.WithInstance(cfg.self), checkers.WithPeerLogger(logger))
 	if err != nil {
 		return nil, err
 	}

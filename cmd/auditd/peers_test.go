@@ -11,7 +11,9 @@ import (
 
 // TestPeersConfig: keys inline or from a file; refused: no key, a key that
 // does not parse, key and key_file both, a negative interval, a peer
-// listed twice, this instance as a peer.
+// listed twice (one URL). Allowed: peers with one key, and peers with this
+// instance's key (a split brain, or one peer list for every instance: the
+// check tells itself apart by its identity).
 func TestPeersConfig(t *testing.T) {
 	gen := func(name string) (note.Verifier, string) {
 		_, vkey, err := note.GenerateKey(rand.Reader, name)
@@ -43,9 +45,10 @@ func TestPeersConfig(t *testing.T) {
 		{"missing key_file", PeersConfig{List: []PeerConfig{{URL: "http://b:1", KeyFile: file + ".none"}}}, false},
 		{"negative interval", PeersConfig{Interval: -1}, false},
 		{"listed twice", PeersConfig{List: []PeerConfig{{URL: "http://b:1", Key: bKey}, {URL: "http://b:1", Key: cKey}}}, false},
-		{"same key twice", PeersConfig{List: []PeerConfig{{URL: "http://b:1", Key: bKey}, {URL: "http://b2:1", Key: bKey}}}, false},
-		{"this instance", PeersConfig{List: []PeerConfig{{URL: "http://b:1", Key: selfKey}}}, false},
-		{"this instance, explicit prefix", PeersConfig{List: []PeerConfig{{URL: "http://b:1", Key: selfKey, OriginPrefix: "self.example/"}}}, false},
+		{"same key twice", PeersConfig{List: []PeerConfig{{URL: "http://b:1", Key: bKey}, {URL: "http://b2:1", Key: bKey}}}, true},
+		{"this instance's key", PeersConfig{List: []PeerConfig{{URL: "http://b:1", Key: selfKey}}}, true},
+		{"this instance's key, explicit prefix", PeersConfig{List: []PeerConfig{{URL: "http://b:1", Key: selfKey, OriginPrefix: "self.example/"}}}, true},
+		{"this instance's key twice", PeersConfig{List: []PeerConfig{{URL: "http://a:1", Key: selfKey}, {URL: "http://b:1", Key: selfKey}}}, true},
 	} {
 		ps, err := tc.cfg.peers(self)
 		if (err == nil) != tc.ok {

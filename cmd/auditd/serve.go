@@ -84,6 +84,10 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 	if err := d.openLedger(); err != nil {
 		return err
 	}
+	self, err := d.openIdentity() // instanceid.go
+	if err != nil {
+		return err
+	}
 	if err := d.startComponents(); err != nil {
 		return err
 	}
@@ -100,7 +104,7 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 	for _, c := range srv.Collectors() {
 		d.metrics.MustRegister(c)
 	}
-	d.serveHTTP(srv, ln)
+	d.serveHTTP(api.WithInstance(srv, self), ln)
 	addr := ln.Addr().String()
 	logger.Info("auditd serving", "addr", "http://"+addr, "data_dir", cfg.DataDir,
 		"logs", len(d.store.Logs()), "verifier_key", d.key.vkey, "writes_protected", cfg.WriteToken != "" || cfg.ReadToken != "", "auth", authSummary(cfg))

@@ -30,8 +30,13 @@ type celDerivation struct {
 	initial cel.Program
 	step    cel.Program
 
+	allKeys cel.Program // nil: no event applies to every key
+	stepAll cel.Program // with allKeys
+	value   cel.Program // nil: a state is its own value
+
 	initialConst ref.Val // initial's value when it does not use key
-	usesMeta     bool    // filter, key or step reads meta
+	usesMeta     bool    // filter, key, step, all_keys or step_all reads meta
+	valueKey     bool    // value reads key
 
 	plan *fastPlan // nil: no fast path (plan.go)
 }
@@ -42,9 +47,10 @@ func (d *celDerivation) Sources() []string { return slices.Clone(d.sources) }
 
 // celEnvs are the CEL environments of each expression, for one decode mode.
 type celEnvs struct {
-	event   *cel.Env // filter and key: event, meta
+	event   *cel.Env // filter, key and all_keys: event, meta
 	initial *cel.Env // key
-	step    *cel.Env // state, event, key, meta
+	step    *cel.Env // step and step_all: state, event, key, meta
+	value   *cel.Env // state, key
 }
 
 // celLibrary is the CEL library derivations see: the standard library and
@@ -87,6 +93,9 @@ func newCELEnvs(eventType *cel.Type) (*celEnvs, error) {
 	if e.step, err = base.Extend(state, event, key, meta); err != nil {
 		return nil, err
 	}
+	if e.value, err = base.Extend(state, key); err != nil {
+		return nil, err
+	}
 	return &e, nil
 }
 
@@ -100,12 +109,20 @@ type Expressions struct {
 	// Filter (optional), Key, Initial and Step are CEL expressions (see
 	// Spec); an empty one is not compiled.
 	Filter, Key, Initial, Step string
+	// AllKeys (optional, over event and meta, a bool) marks the events
+	// that apply to every key; StepAll (over state, event, key and meta)
+	// gives each key's new state for them. Both or neither.
+	AllKeys, StepAll string
+	// Value (optional, over state and key) maps a key's state to the value
+	// exported for comparison.
+	Value string
 }
 
 // ExprError is an error in one of a derivation's expressions.
 type Error struct {
-	// Field names the expression: "filter", "key", "initial" or "step"
-	// ("" for the CEL environment itself).
+	// Field names the expression: "filter", "key", "initial", "step",
+	// "all_keys", "step_all" or "value" ("" for the CEL environment
+	// itself).
 	Field string
 	// Line (1-based) and Column (0-based) place the error inside the
 	// expression, as CEL reports it; Line is 0 when unknown.
@@ -185,13 +202,34 @@ func compile(x Expressions) (*celDerivation, []*Error) {
 	}
 	initial := compile(envs.initial, "initial", x.Initial)
 	step := compile(envs.step, "step", x.Step)
+	allKeys := compile(envs.event, "all_keys", x.AllKeys)
+	if allKeys != nil {
+		if t := allKeys.OutputType(); t.Kind() != types.BoolKind && t.Kind() != types.DynKind {
+			errAt("all_keys", "all_keys must give a bool, got %s", t)
+			allKeys = nil
+		}
+	}
+	stepAll := compile(envs.step, "step_all", x.StepAll)
+	value := compile(envs.value, "value", x.Value)
+	hasAll, hasStepAll := strings.TrimSpace(x.AllKeys) != "", strings.TrimSpace(x.StepAll) != ""
+	switch {
+	case hasAll && !hasStepAll:
+		errAt("all_keys", "all_keys needs step_all: the new state of every key when an event matches")
+	case hasStepAll && !hasAll:
+		errAt("step_all", "step_all needs all_keys: which events apply to every key")
+	}
 
 	d.filter = program(envs.event, "filter", filter)
 	d.key = program(envs.event, "key", key)
 	d.initial = program(envs.initial, "initial", initial)
 	d.step = program(envs.step, "step", step)
-	d.usesMeta = celReferences(filter, "meta") || celReferences(key, "meta") || celReferences(step, "meta")
-	if !x.Raw && key != nil && step != nil {
+	d.allKeys = program(envs.event, "all_keys", allKeys)
+	d.stepAll = program(envs.step, "step_all", stepAll)
+	d.value = program(envs.value, "value", value)
+	d.valueKey = celReferences(value, "key")
+	d.usesMeta = celReferences(filter, "meta") || celReferences(key, "meta") || celReferences(step, "meta") ||
+		celReferences(allKeys, "meta") || celReferences(stepAll, "meta")
+	if !x.Raw && key != nil && step != nil && !hasAll {
 		d.plan = newFastPlan(filter, key, step)
 	}
 
@@ -202,7 +240,8 @@ func compile(x Expressions) (*celDerivation, []*Error) {
 		}
 		d.initialConst = v
 	}
-	if len(errs) > 0 || d.key == nil || d.initial == nil || d.step == nil {
+	if len(errs) > 0 || d.key == nil || d.initial == nil || d.step == nil ||
+		hasAll && (d.allKeys == nil || d.stepAll == nil) || strings.TrimSpace(x.Value) != "" && d.value == nil {
 		return nil, errs
 	}
 	return d, nil

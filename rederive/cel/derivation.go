@@ -19,7 +19,10 @@ import (
 	"github.com/auditd/auditd/rederive/fold"
 )
 
-var _ fold.Derivation = (*celDerivation)(nil)
+var (
+	_ fold.Derivation  = (*celDerivation)(nil)
+	_ fold.KeyExporter = (*celDerivation)(nil)
+)
 
 var (
 	celEnvsJSON = sync.OnceValues(func() (*celEnvs, error) { return newCELEnvs(cel.DynType) })
@@ -121,6 +124,19 @@ func (d *celDerivation) Prepare(ev *fold.Event) (keys []string, decoded any, err
 			return nil, nil, err
 		}
 	}
+	if d.allKeys != nil {
+		out, err := d.eval(d.allKeys, &p.celActivation)
+		if err != nil {
+			return nil, nil, fmt.Errorf("all_keys: %w", err)
+		}
+		all, ok := out.(types.Bool)
+		if !ok {
+			return nil, nil, fmt.Errorf("all_keys: got %s, want bool", out.Type().TypeName())
+		}
+		if all {
+			return nil, fold.AllKeys{Decoded: p}, nil
+		}
+	}
 	keys, err = d.keyCEL(p)
 	if err != nil || len(keys) == 0 {
 		return nil, nil, err
@@ -218,6 +234,17 @@ func (d *celDerivation) Step(state fold.State, decoded any, ev *fold.Event, key 
 	if p, ok := decoded.(*fastEvent); ok {
 		return d.stepFast(st, p, key)
 	}
+	if ak, ok := decoded.(fold.AllKeys); ok {
+		p, ok := ak.Decoded.(*celEvent)
+		if !ok || d.stepAll == nil {
+			return nil, fmt.Errorf("step_all: decoded event is %T, want one from Prepare", ak.Decoded)
+		}
+		out, err := d.eval(d.stepAll, &celActivation{event: p.event, meta: p.meta, state: st, key: types.String(key)})
+		if err != nil {
+			return nil, fmt.Errorf("step_all: %w", err)
+		}
+		return out, nil
+	}
 	p, ok := decoded.(*celEvent)
 	if !ok {
 		return nil, fmt.Errorf("step: decoded event is %T, want one from Prepare", decoded)
@@ -238,7 +265,20 @@ func errStep(err error) error { return fmt.Errorf("step: %w", err) }
 // trimmed ("2026-01-01T09:30:00Z"), durations strings such as "1.5s",
 // optional values their value or nil. Map keys that are not strings are
 // written in decimal (ints, uints) or as "true"/"false".
+//
+// With a value expression, Export renders the value it gives for the
+// state, which needs the key when the expression reads it: then only
+// ExportKey (fold.Export) can render it, and Export fails.
 func (d *celDerivation) Export(state fold.State) (v any, err error) {
+	if d.value != nil && d.valueKey {
+		return nil, errors.New("export: value reads key: export with fold.Export, which passes it")
+	}
+	return d.ExportKey("", state)
+}
+
+// ExportKey is Export for key's state: the value expression, if any,
+// sees key.
+func (d *celDerivation) ExportKey(key string, state fold.State) (v any, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			v, err = nil, fmt.Errorf("export: internal error: %v", r)
@@ -247,6 +287,11 @@ func (d *celDerivation) Export(state fold.State) (v any, err error) {
 	st, ok := state.(ref.Val)
 	if !ok {
 		return nil, fmt.Errorf("export: state is %T, want a CEL value", state)
+	}
+	if d.value != nil {
+		if st, err = d.eval(d.value, &celActivation{state: st, key: types.String(key)}); err != nil {
+			return nil, fmt.Errorf("export: value: %w", err)
+		}
 	}
 	return exportCELValue(st, 0)
 }

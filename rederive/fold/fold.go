@@ -70,6 +70,23 @@ type Derivation interface {
 	Decode(b []byte) (State, error)
 }
 
+// KeyExporter is implemented by a Derivation whose exported value depends
+// on the key as well as the state (a spec's value: projection that reads
+// key). ExportKey renders key's state as Export does.
+type KeyExporter interface {
+	ExportKey(key string, state State) (any, error)
+}
+
+// Export renders key's state for comparison and reports: with
+// d.ExportKey when d implements KeyExporter, else with d.Export. Callers
+// that have the key use it rather than d.Export.
+func Export(d Derivation, key string, state State) (any, error) {
+	if ke, ok := d.(KeyExporter); ok {
+		return ke.ExportKey(key, state)
+	}
+	return d.Export(state)
+}
+
 // AllKeys is the decoded form Prepare returns, with no keys, for an event
 // that applies to every key: Fold then calls Step, with this AllKeys as
 // the decoded form, for every key that holds a state at the event's

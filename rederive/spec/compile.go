@@ -23,7 +23,8 @@ func Compile(s *Spec) (fold.Derivation, error) {
 // to Spec.check.
 func compileCEL(s *Spec) (fold.Derivation, []*Error) {
 	d, xerrs := cel.Compile(cel.Expressions{Name: s.Name, Sources: s.Sources, Raw: s.Decode == "raw",
-		Filter: s.Filter, Key: s.Key, Initial: s.Initial, Step: s.Step})
+		Filter: s.Filter, Key: s.Key, Initial: s.Initial, Step: s.Step,
+		AllKeys: s.AllKeys, StepAll: s.StepAll, Value: s.Value})
 	var errs []*Error
 	for _, e := range xerrs {
 		se := s.errAt(e.Field, "%s", e.Msg)

@@ -331,7 +331,7 @@ func (d *yamlDecoder) decodeStruct(n *yaml.Node, v reflect.Value, field string) 
 // isExprField reports whether a field holds a CEL expression.
 func isExprField(field string) bool {
 	switch field {
-	case "filter", "key", "initial", "step":
+	case "filter", "key", "initial", "step", "all_keys", "step_all", "value":
 		return true
 	}
 	return false

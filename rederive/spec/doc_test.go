@@ -135,7 +135,7 @@ func docFold(t testing.TB, d fold.Derivation, payloads ...string) map[string]any
 	}
 	out := make(map[string]any)
 	for k, s := range states {
-		v, err := d.Export(s)
+		v, err := fold.Export(d, k, s)
 		if err != nil {
 			t.Fatal(err)
 		}

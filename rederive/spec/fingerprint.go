@@ -7,9 +7,16 @@ import (
 )
 
 // Fingerprint identifies a spec's derivation logic: a changed source,
-// filter, key, initial or step forces a full fold.
+// filter, key, initial, step, all_keys or step_all forces a full fold.
+// Value is not part of it (it maps states, folded the same, to the values
+// compared), nor are the settings. A spec without all_keys has the
+// fingerprint it had before all_keys existed.
 func Fingerprint(s *Spec) string {
-	b, _ := json.Marshal([]any{s.Name, s.Sources, s.Decode, s.Filter, s.Key, s.Initial, s.Step})
+	fields := []any{s.Name, s.Sources, s.Decode, s.Filter, s.Key, s.Initial, s.Step}
+	if s.AllKeys != "" || s.StepAll != "" {
+		fields = append(fields, s.AllKeys, s.StepAll)
+	}
+	b, _ := json.Marshal(fields)
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:16])
 }

@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"fmt"
 	"testing"
 )
 
@@ -9,6 +10,8 @@ import (
 func FuzzParseSpecs(f *testing.F) {
 	f.Add([]byte(validSpecYAML))
 	f.Add([]byte(fuzzSumByKeySpec))
+	f.Add([]byte(fmt.Sprintf(mirrorSpec, mirrorAllKeys)))
+	f.Add([]byte("derivations:\n  - name: a\n    sources: [l.*]\n    key: event.k\n    initial: '0'\n    step: state\n    step_all: stat\n    value: '{\"k\": key}'\n    commutative: yes\n    store: {file: {path: b}}\n"))
 	f.Add([]byte("derivations:\n  - name: a\n    sources: [l]\n    key: event.k\n    initial: '0'\n    step: |\n      state +\n        evnt.amount\n    store: {file: {path: b}}\n"))
 	f.Add([]byte("derivations:\n  - &b\n    name: a\n    sources: ['p[']\n    key: >\n      event.k +\n      1\n    initial: \"\\u00e9\"\n    step: \"state + \\\"x\\\" + stat\"\n  - <<: *b\n    name: b\n"))
 	f.Add([]byte("derivations: [{name: x, store: {postgres: {dsn: a, query: q, table: t}, redis: {}}, compare: {tolerance: {a: -1}}}]"))

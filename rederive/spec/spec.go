@@ -51,6 +51,24 @@ type Spec struct {
 	// Step is a CEL expression over state, event, key and meta giving the
 	// key's new state.
 	Step string `yaml:"step"`
+	// AllKeys is an optional CEL expression over event and meta giving a
+	// bool: an event (past Filter) for which it is true applies to every
+	// key holding a state at its place in the fold (a truncate, a reset),
+	// through StepAll, instead of Key and Step.
+	AllKeys string `yaml:"all_keys"`
+	// StepAll is a CEL expression over state, event, key and meta giving
+	// each key's new state for an AllKeys event. Set with AllKeys.
+	StepAll string `yaml:"step_all"`
+	// Value is an optional CEL expression over state and key giving the
+	// value compared with the store instead of the state itself, so a state
+	// can carry fields the store does not (a version, helper fields). It
+	// is not part of the fold: changing it does not refold.
+	Value string `yaml:"value"`
+	// Commutative declares that the derivation's result does not depend on
+	// the order of different logs' events for a key: its step commutes, or
+	// no key takes events from two logs. It silences the load-time warning
+	// of a derivation over several logs (Warnings).
+	Commutative bool `yaml:"commutative"`
 	// Store is the derived store the result is compared with.
 	Store store.Config `yaml:"store"`
 	// Compare says how expected and actual values compare.

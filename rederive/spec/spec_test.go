@@ -296,6 +296,30 @@ func TestSpecErrors(t *testing.T) {
 			`6:11 step: ERROR: <input>:1:1: undeclared reference to 'stat'`,
 			`10:10 key: ERROR: <input>:1:1: undeclared reference to 'evnt'`,
 		},
+	}, {
+		name: "value reads event",
+		yaml: "derivations:\n  - name: a\n    sources: [l]\n    key: event.k\n    initial: '0'\n    step: state\n    value: state + event.x\n" + st,
+		want: []string{`7:20 value: ERROR: <input>:1:9: undeclared reference to 'event'`},
+	}, {
+		name: "all_keys without step_all",
+		yaml: "derivations:\n  - name: a\n    sources: [l]\n    key: event.k\n    initial: '0'\n    step: state\n    all_keys: event.op == 't'\n" + st,
+		want: []string{`7:15 all_keys: all_keys needs step_all`},
+	}, {
+		name: "step_all without all_keys",
+		yaml: "derivations:\n  - name: a\n    sources: [l]\n    key: event.k\n    initial: '0'\n    step: state\n    step_all: 'null'\n" + st,
+		want: []string{`7:15 step_all: step_all needs all_keys`},
+	}, {
+		name: "all_keys not bool",
+		yaml: "derivations:\n  - name: a\n    sources: [l]\n    key: event.k\n    initial: '0'\n    step: state\n    all_keys: size(event.op)\n    step_all: state\n" + st,
+		want: []string{`7:15 all_keys: all_keys must give a bool, got int`},
+	}, {
+		name: "step_all reads an unknown name",
+		yaml: "derivations:\n  - name: a\n    sources: [l]\n    key: event.k\n    initial: '0'\n    step: state\n    all_keys: event.op == 't'\n    step_all: stat\n" + st,
+		want: []string{`8:15 step_all: ERROR: <input>:1:1: undeclared reference to 'stat'`},
+	}, {
+		name: "value is a list",
+		yaml: "derivations:\n  - name: a\n    sources: [l]\n    key: event.k\n    initial: '0'\n    step: state\n    value: [state]\n" + st,
+		want: []string{`7:12 value: want a CEL expression`},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

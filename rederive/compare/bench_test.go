@@ -7,6 +7,7 @@ import (
 	"math/big"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -93,8 +94,8 @@ func BenchmarkComparePostgres(b *testing.B) {
 	})
 }
 
-// BenchmarkEqual compares scalar numbers in the forms stores and
-// derivations give them.
+// BenchmarkEqual compares scalars in the forms stores and derivations
+// give them.
 func BenchmarkEqual(b *testing.B) {
 	for _, bc := range []struct {
 		name     string
@@ -105,6 +106,9 @@ func BenchmarkEqual(b *testing.B) {
 		{"int-decimal", int64(1234567), json.Number("1234567")},
 		{"float-decimal", 12345.67, json.Number("12345.67")},
 		{"map", map[string]any{"a": json.Number("1"), "b": "x"}, map[string]any{"a": json.Number("1.0"), "b": "x"}},
+		{"text-string", "10115", store.Text("10115")},
+		{"text-number", int64(1234567), store.Text("1234567")},
+		{"time-string", time.Date(2024, 5, 1, 9, 30, 0, 0, time.FixedZone("", 14*3600)), "2024-04-30T19:30:00.000000Z"},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()

@@ -2,37 +2,98 @@
 // store's rows: Compare streams a store against the expected keys and
 // reports each Drift (missing, extra, mismatched); Equal compares two
 // values field by field. Numbers compare exactly across their forms
-// (int64, float64, json.Number decimal text), with optional tolerances.
+// (int64, float64, json.Number decimal text), with optional tolerances;
+// timestamps compare as instants; a store's untyped text is read by the
+// expected value's type; CheckSchema finds a store column that cannot
+// hold the expected values before any row is read.
 package compare
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/auditd/auditd/rederive/store"
 )
+
+// ErrConfig marks a comparison that is configured wrongly (an unknown
+// setting, a store whose columns cannot hold the expected values): no row
+// is judged, and no drift is reported.
+var ErrConfig = errors.New("compare: configuration")
+
+// ErrSchema marks a schema mismatch: a store column whose type cannot
+// hold the expected values (cents in a text column, a timestamp in a date
+// column). It wraps ErrConfig.
+var ErrSchema = fmt.Errorf("%w: schema mismatch", ErrConfig)
 
 // Config says how expected and actual values compare.
 type Config struct {
 	// Tolerance allows numbers to differ by up to an absolute amount, per
 	// field path ("" for a scalar value, "amount" for a field, "totals.eur"
 	// for a nested one, "items.0.qty" for a list element's). Default 0:
-	// numbers compare exactly by value (1 equals 1.0).
+	// numbers compare exactly by value (1 equals 1.0). For a timestamp
+	// the tolerance is in seconds.
 	Tolerance map[string]float64 `yaml:"tolerance,omitempty" json:"tolerance,omitempty"`
 	// NullIsMissing treats a null field as equal to an absent one (default
-	// false: they differ). It applies to keys as well: an expected key
-	// whose value is null matches a key absent from the store, and a
-	// store key holding null is not reported as extra.
+	// false: they differ). Unless Deleted is set, it also sets the rule
+	// for keys: Deleted "null".
 	NullIsMissing bool `yaml:"null_is_missing,omitempty" json:"null_is_missing,omitempty"`
+	// Deleted says how the store represents a deleted key, one whose
+	// expected value is null (a step that returns null deletes its key):
+	//
+	//   - "absent" (the default, unless NullIsMissing is set): a deleted key
+	//     must be absent from the store; a row for it, even a NULL one, is
+	//     a mismatch, and a NULL row for a key nothing derives is extra;
+	//   - "null": a deleted key may be absent or a NULL row; a row with a
+	//     value is a mismatch, and a NULL row for a key nothing derives is
+	//     not drift.
+	//
+	// A NULL row is a row whose value is null: a single NULL value column,
+	// a JSON null, or a row whose value fields are all null.
+	Deleted Deleted `yaml:"deleted,omitempty" json:"deleted,omitempty"`
 	// Fields, if set, compares only these fields of map values (dotted
 	// paths reach into nested maps: "totals.eur"). Scalar values are
 	// compared whole.
 	Fields []string `yaml:"fields,omitempty" json:"fields,omitempty"`
 	// IgnoreExtra does not report keys in the store that nothing derives.
 	IgnoreExtra bool `yaml:"ignore_extra,omitempty" json:"ignore_extra,omitempty"`
+}
+
+// Deleted is the rule for deleted keys: DeletedAbsent or DeletedNull
+// ("" is the default, see Config.Deleted).
+type Deleted string
+
+const (
+	// DeletedAbsent: a deleted key must be absent from the store.
+	DeletedAbsent Deleted = "absent"
+	// DeletedNull: a deleted key may be absent or a NULL row.
+	DeletedNull Deleted = "null"
+)
+
+// Check reports a setting Compare cannot apply, as an ErrConfig error
+// naming it.
+func (c Config) Check() error {
+	switch c.Deleted {
+	case "", DeletedAbsent, DeletedNull:
+	default:
+		return fmt.Errorf("%w: deleted: %q is not a rule (want absent or null)", ErrConfig, c.Deleted)
+	}
+	return nil
+}
+
+// deleted returns the rule for deleted keys in effect.
+func (c *Config) deleted() Deleted {
+	switch {
+	case c.Deleted != "":
+		return c.Deleted
+	case c.NullIsMissing:
+		return DeletedNull
+	}
+	return DeletedAbsent
 }
 
 // DriftKind says how a key drifted.
@@ -57,7 +118,9 @@ type FieldDiff struct {
 	Actual   any    `json:"actual"`
 	// Absent is "expected" or "actual" when the field is absent from that
 	// side (its value above is then nil), so absent and null stay
-	// distinct in a report.
+	// distinct in a report. A deleted key the store still holds is a
+	// mismatch whose one FieldDiff, for the whole value (Field ""), has
+	// Absent "expected".
 	Absent string `json:"absent,omitempty"`
 }
 
@@ -87,12 +150,34 @@ type Stats struct {
 
 // Compare reads every row of s and compares it with the expected value of
 // its key, calling fn with each drift: mismatches and extra keys in the
-// order the store returns them, then missing keys sorted by key. An error
-// from fn stops the comparison and is returned as is; so is a done
-// context's. A key the store returns twice is an ErrStore error. Compare
-// does not modify expected.
+// order the store returns them, then missing keys sorted by key. A key
+// whose expected value is null is deleted, judged by c.Deleted; absent
+// from the store it matches.
+//
+// Before reading a row, Compare checks c (an ErrConfig error) and, when
+// the store describes its columns (a Schema method, as PostgreSQL's
+// store has), checks them against the expected values with CheckSchema:
+// a column that cannot hold them is an ErrSchema error, and no drift is
+// reported.
+//
+// An error from fn stops the comparison and is returned as is; so is a
+// done context's. A key the store returns twice is an ErrStore error.
+// Compare does not modify expected.
 func Compare(ctx context.Context, s store.Store, expected map[string]any, c Config, fn func(Drift) error) (Stats, error) {
 	st := Stats{Keys: int64(len(expected))}
+	if err := c.Check(); err != nil {
+		return st, err
+	}
+	if sc, ok := s.(schemaStore); ok {
+		cols, err := sc.Schema(ctx)
+		if err != nil {
+			return st, err
+		}
+		if err := CheckSchema(cols, expected, c); err != nil {
+			return st, err
+		}
+	}
+	nullRows := c.deleted() == DeletedNull
 	// Every key met, to find duplicates and, at the end, the missing keys.
 	seen := newKeySet(len(expected))
 	var met int64 // expected keys met
@@ -103,14 +188,23 @@ func Compare(ctx context.Context, s store.Store, expected map[string]any, c Conf
 		}
 		exp, ok := expected[r.Key]
 		if !ok {
-			if c.IgnoreExtra || c.NullIsMissing && r.Value == nil {
+			if c.IgnoreExtra || nullRows && isNullRow(r.Value) {
 				return nil
 			}
 			st.Extra++
 			return fn(Drift{Kind: DriftExtra, Key: r.Key, Actual: r.Value})
 		}
 		met++
-		diffs := equal(exp, r.Value, &c)
+		var diffs []FieldDiff
+		switch {
+		case exp != nil:
+			diffs = equal(exp, r.Value, &c)
+		case nullRows && isNullRow(r.Value):
+		case nullRows:
+			diffs = []FieldDiff{{Actual: r.Value}}
+		default: // deleted, and the store must not hold the key
+			diffs = []FieldDiff{{Actual: r.Value, Absent: "expected"}}
+		}
 		if diffs == nil {
 			st.Matched++
 			return nil
@@ -129,7 +223,7 @@ func Compare(ctx context.Context, s store.Store, expected map[string]any, c Conf
 		if seen.has(k) {
 			continue
 		}
-		if c.NullIsMissing && v == nil {
+		if v == nil { // deleted, and absent
 			st.Matched++
 			continue
 		}
@@ -148,23 +242,66 @@ func Compare(ctx context.Context, s store.Store, expected map[string]any, c Conf
 	return st, nil
 }
 
+// schemaStore is a store whose rows have typed columns, which it can
+// describe without reading a row (PostgreSQL). Errors wrap store.ErrStore.
+type schemaStore interface {
+	Schema(ctx context.Context) ([]store.Column, error)
+}
+
+// isNullRow reports whether a row's value is null: nil, or a map of value
+// fields that are all null.
+func isNullRow(v any) bool {
+	if v == nil {
+		return true
+	}
+	m, ok := v.(map[string]any)
+	if !ok || len(m) == 0 {
+		return false
+	}
+	for _, f := range m {
+		if f != nil {
+			return false
+		}
+	}
+	return true
+}
+
 // Equal compares an expected value with an actual one and returns their
 // differences, nil when they are equal.
 //
-// Values are JSON-like: nil, bool, string, numbers, []any, map[string]any
-// (other types are compared through their JSON encoding). Numbers compare
-// by value whatever their Go type: int64, uint64, json.Number and the other
-// integer types exactly (json.Number "12.50" equals 12.5 and "1250e-2";
-// "1" equals 1), and a float64 equals another number when that number,
-// rounded to the nearest float64, is the same float (so 0.1 equals
-// json.Number "0.1"; a float32 is first widened to float64); NaN equals
-// NaN. A tolerance set for the field's path allows a difference up to it,
-// computed exactly between integers and decimals (the tolerance taken as
-// its shortest decimal text, so 0.3 is 3/10) and in float64 when a float
-// is involved. A string is never a number: "1"
-// differs from 1. Maps compare field by field (only c.Fields when set), and
-// maps and lists nested in them recursively; each differing field is
-// reported by its dotted path, a list of another length as a whole.
+// Values are JSON-like: nil, bool, string, numbers, []any, map[string]any,
+// and two more a store or a derivation may give: time.Time and
+// store.Text (other types are compared through their JSON encoding).
+//
+// Numbers compare by value whatever their Go type: int64, uint64,
+// json.Number and the other integer types exactly (json.Number "12.50"
+// equals 12.5 and "1250e-2"; "1" equals 1), and a float64 equals another
+// number when that number, rounded to the nearest float64, is the same
+// float (so 0.1 equals json.Number "0.1"; a float32 is first widened to
+// float64); NaN equals NaN. A tolerance set for the field's path allows a
+// difference up to it, computed exactly between integers and decimals (the
+// tolerance taken as its shortest decimal text, so 0.3 is 3/10) and in
+// float64 when a float is involved. A string is never a number: "1"
+// differs from 1.
+//
+// A time.Time is an instant: it equals another time.Time, or a string or
+// store.Text in RFC 3339 ("2024-05-01T23:30:00.5+14:00", any offset, any
+// number of fraction digits), that denotes the same instant; a tolerance
+// set for its path allows a difference of up to that many seconds. Two
+// strings compare as strings, even when both are RFC 3339 timestamps.
+//
+// A store.Text, untyped text from a store (a CSV cell, a Redis value), is
+// read by the type of the value it is compared with: against a string (or
+// another Text) it compares as text, exactly; against a number it is a
+// number when it is one in the JSON grammar ("1e3" equals 1000, "12.50"
+// equals 12.5; "007", "+7", " 7", "0x10" and "NaN" are no numbers and
+// equal none); against a bool it must be "true" or "false"; against a
+// time.Time it must be RFC 3339 text of the same instant; it never equals
+// null, a list or a map.
+//
+// Maps compare field by field (only c.Fields when set), and maps and
+// lists nested in them recursively; each differing field is reported by
+// its dotted path, a list of another length as a whole.
 func Equal(expected, actual any, c Config) []FieldDiff {
 	// The common case, two equal scalars, allocates nothing: c escapes
 	// only as its copy in the other case.
@@ -203,6 +340,9 @@ func diff(expected, actual any, c *Config) []FieldDiff {
 
 // sameScalar reports whether a and b are equal scalars, cheaply.
 func sameScalar(a, b any, c *Config) bool {
+	if typedScalars(a, b) {
+		return typedEqual(a, b, c.Tolerance[""])
+	}
 	switch a := a.(type) {
 	case json.Number:
 		if b, ok := b.(json.Number); ok && a == b {
@@ -328,7 +468,7 @@ func lookupField(m map[string]any, path string) (any, bool) {
 // encoding decodes to, numbers as json.Number.
 func jsonLike(v any) any {
 	switch v.(type) {
-	case nil, bool, string, json.Number, map[string]any, []any,
+	case nil, bool, string, json.Number, map[string]any, []any, time.Time, store.Text,
 		int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, float32, float64:
 		return v
 	}

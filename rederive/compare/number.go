@@ -13,6 +13,9 @@ import (
 // scalarsEqual compares two values that are not both maps or both lists
 // of one length.
 func scalarsEqual(a, b any, tol float64) bool {
+	if typedScalars(a, b) {
+		return typedEqual(a, b, tol)
+	}
 	an, aok := asNumber(a)
 	bn, bok := asNumber(b)
 	if aok || bok {

@@ -20,10 +20,9 @@ import (
 // KeyField (a string, or a number whose text is the key), its value by the
 // rule on Row, numbers as json.Number.
 //
-// CSV: a header row naming the columns, then one row per key. Every cell is
-// text: a cell that is a JSON number exactly ("12.50", "-3", "1e9"; not
-// "012" or "+1") becomes a json.Number, any other cell (the empty one
-// included) a string. There is no null.
+// CSV: a header row naming the columns, then one row per key. Every cell,
+// the empty one included, is Text, untyped: "10115" is a string or a
+// number by the expected value's type. There is no null.
 type fileStore struct {
 	path     string
 	name     string
@@ -77,6 +76,20 @@ func (s *fileStore) Scan(ctx context.Context, fn func(Row) error) error {
 	}
 	return scanJSONL(ctx, f, s.name, s.keyField, fn)
 }
+
+// Check opens the file and reads its first row: a CSV header must name
+// the key column, a JSONL line must be an object with the key field. An
+// empty JSONL file passes: it holds no rows.
+func (s *fileStore) Check(ctx context.Context) error {
+	err := s.Scan(ctx, func(Row) error { return errFirstRow })
+	if err == errFirstRow {
+		return nil
+	}
+	return err
+}
+
+// errFirstRow stops a Check's scan at the first row.
+var errFirstRow = errors.New("first row read")
 
 func (s *fileStore) Watermarks(ctx context.Context) (map[string]uint64, bool, error) {
 	if s.wmPath == "" {
@@ -201,7 +214,7 @@ func scanCSV(ctx context.Context, r io.Reader, store, keyField string, fn func(R
 		m := make(map[string]any, len(rec)-1)
 		for i, cell := range rec {
 			if i != keyIdx {
-				m[header[i]] = scalarText(cell)
+				m[header[i]] = Text(cell)
 			}
 		}
 		if err := fn(Row{Key: rec[keyIdx], Value: fieldsValue(m)}); err != nil {

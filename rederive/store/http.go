@@ -122,6 +122,18 @@ func (s *httpStore) get(ctx context.Context, target, name, accept string) (*http
 	return resp, nil
 }
 
+// Check sends the GET and reads the response's first row: a status other
+// than 2xx, a body that is neither a JSON array nor NDJSON, or a first
+// object without the key field is an error. The rest of the body is not
+// read: the connection is dropped.
+func (s *httpStore) Check(ctx context.Context) error {
+	err := s.Scan(ctx, func(Row) error { return errFirstRow })
+	if err == errFirstRow {
+		return nil
+	}
+	return err
+}
+
 func (s *httpStore) Scan(ctx context.Context, fn func(Row) error) error {
 	resp, err := s.get(ctx, s.url, s.name, "application/json, application/x-ndjson")
 	if err != nil {

@@ -13,8 +13,8 @@ import (
 )
 
 // Open returns the Store c describes. It does no I/O: an unreachable
-// store shows up in the first Scan or Watermarks. Every error it returns
-// wraps ErrStore.
+// store shows up in the first Check, Scan or Watermarks. Every error it
+// returns wraps ErrStore.
 //
 // ${NAME} in a PostgreSQL DSN, a Redis address, username or password, and
 // an HTTP URL or header value is replaced by the environment variable NAME
@@ -98,17 +98,6 @@ func keyText(v any) (key string, ok bool) {
 		return string(v), true
 	}
 	return "", false
-}
-
-// scalarText turns a value held as text (a CSV cell, a Redis string or
-// hash field) into a value: a json.Number when the text is a JSON number
-// exactly (so "12.50" and "-1e3", not "012", "+1", " 1" or "NaN"), else the
-// string.
-func scalarText(s string) any {
-	if IsJSONNumber(s) {
-		return json.Number(s)
-	}
-	return s
 }
 
 // IsJSONNumber reports whether s is a number in the JSON grammar

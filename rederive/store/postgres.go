@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -28,9 +29,9 @@ import (
 //     writes floats; NaN and ±Infinity as the strings above;
 //   - boolean: bool; json, jsonb: the decoded JSON value, numbers as
 //     json.Number;
-//   - timestamptz: an RFC 3339 string in UTC with as many fraction digits
-//     as needed ("2024-05-01T10:00:00.5Z"); timestamp (without time zone)
-//     likewise, read as UTC; ±infinity and BC times as PostgreSQL's text;
+//   - timestamptz: a time.Time in UTC, the instant; timestamp (without
+//     time zone) likewise, its wall clock read as UTC; ±infinity and BC
+//     times as PostgreSQL's text, a string;
 //   - bytea: the standard base64 of the bytes, as encoding/json writes
 //     []byte;
 //   - arrays: []any of the element values;
@@ -42,9 +43,9 @@ import (
 // extra_float_digits 3, whatever the server's defaults, so a query that
 // renders those types itself sees the same settings.
 //
-// Each Scan and Watermarks call opens its own connection and closes it
-// when done, so a store outlives server restarts and holds nothing
-// between runs.
+// Each Scan, Check, Schema and Watermarks call opens its own connection
+// and closes it when done, so a store outlives server restarts and holds
+// nothing between runs.
 type pgStore struct {
 	cfg     *pgx.ConnConfig
 	name    string // for messages; never the DSN, which may hold a password
@@ -53,7 +54,14 @@ type pgStore struct {
 	wmQuery string
 }
 
-var _ Store = (*pgStore)(nil)
+var (
+	_ Store = (*pgStore)(nil)
+	// The optional method package compare looks for to check the
+	// columns' types against the expected values before reading a row.
+	_ interface {
+		Schema(context.Context) ([]Column, error)
+	} = (*pgStore)(nil)
+)
 
 func openPostgres(c PostgresConfig) (*pgStore, error) {
 	dsn, err := expandEnvSet("postgres dsn", c.DSN)
@@ -133,24 +141,17 @@ func (s *pgStore) Scan(ctx context.Context, fn func(Row) error) (err error) {
 	}()
 
 	fds := rows.FieldDescriptions()
-	cols := make([]pgColumn, len(fds))
-	keyIdx := -1
-	for i, fd := range fds {
-		cols[i] = pgColumn{name: fd.Name, oid: fd.DataTypeOID}
-		if keyIdx < 0 && (s.keyCol == "" && i == 0 || fd.Name == s.keyCol) {
-			keyIdx = i
-		}
-		for _, prev := range cols[:i] {
-			if prev.name == fd.Name {
-				return storeError(ctx, s.name, fmt.Errorf("column %q appears twice in the result", fd.Name))
-			}
+	if len(fds) == 0 {
+		// A query that failed before its first row has no columns yet:
+		// its error says why.
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return storeError(ctx, s.name, err)
 		}
 	}
-	if keyIdx < 0 {
-		if len(fds) == 0 {
-			return storeError(ctx, s.name, errors.New("the query returns no columns"))
-		}
-		return storeError(ctx, s.name, fmt.Errorf("no key column %q in the result", s.keyCol))
+	cols, keyIdx, err := s.columns(fds)
+	if err != nil {
+		return storeError(ctx, s.name, err)
 	}
 	tm := conn.TypeMap()
 
@@ -214,6 +215,121 @@ type pgColumn struct {
 	oid  uint32
 }
 
+// columns reads a result's columns and finds the key column among them.
+func (s *pgStore) columns(fds []pgconn.FieldDescription) ([]pgColumn, int, error) {
+	cols := make([]pgColumn, len(fds))
+	keyIdx := -1
+	for i, fd := range fds {
+		cols[i] = pgColumn{name: fd.Name, oid: fd.DataTypeOID}
+		if keyIdx < 0 && (s.keyCol == "" && i == 0 || fd.Name == s.keyCol) {
+			keyIdx = i
+		}
+		for _, prev := range cols[:i] {
+			if prev.name == fd.Name {
+				return nil, 0, fmt.Errorf("column %q appears twice in the result", fd.Name)
+			}
+		}
+	}
+	if keyIdx < 0 {
+		if len(fds) == 0 {
+			return nil, 0, errors.New("the query returns no columns")
+		}
+		return nil, 0, fmt.Errorf("no key column %q in the result", s.keyCol)
+	}
+	return cols, keyIdx, nil
+}
+
+// Check connects and describes the query (PostgreSQL parses and analyzes
+// it, and names its result's columns) without running it: a missing
+// table or column, a syntax error or a missing key column is an ErrStore
+// error here, before any fold.
+func (s *pgStore) Check(ctx context.Context) error {
+	_, err := s.Schema(ctx)
+	return err
+}
+
+// Schema connects, describes the query without running it, and returns
+// its result's columns in order, the key column marked. Errors are as
+// Check's.
+func (s *pgStore) Schema(ctx context.Context) ([]Column, error) {
+	conn, err := s.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer s.close(conn)
+	// The unnamed statement: described, never executed, nothing left
+	// prepared on the server.
+	sd, err := conn.PgConn().Prepare(ctx, "", s.query, nil)
+	if err != nil {
+		return nil, storeError(ctx, s.name, err)
+	}
+	cols, keyIdx, err := s.columns(sd.Fields)
+	if err != nil {
+		return nil, storeError(ctx, s.name, err)
+	}
+	tm := conn.TypeMap()
+	out := make([]Column, len(cols))
+	var unknown []uint32
+	for i, c := range cols {
+		out[i] = Column{Name: c.name, Kind: pgKind(tm, c.oid), Key: i == keyIdx}
+		if t, ok := tm.TypeForOID(c.oid); ok {
+			out[i].Type = t.Name
+		} else {
+			unknown = append(unknown, c.oid)
+		}
+	}
+	if len(unknown) > 0 {
+		// User-defined types (enums, composites): their names, for
+		// messages.
+		names := make(map[uint32]string)
+		rows, err := conn.Query(ctx, "SELECT oid, format_type(oid, NULL) FROM pg_catalog.pg_type WHERE oid = ANY($1)", unknown)
+		if err == nil {
+			var oid uint32
+			var name string
+			_, err = pgx.ForEachRow(rows, []any{&oid, &name}, func() error { names[oid] = name; return nil })
+		}
+		if err != nil {
+			return nil, storeError(ctx, s.name, fmt.Errorf("type names: %w", err))
+		}
+		for i, c := range cols {
+			if out[i].Type == "" {
+				out[i].Type = names[c.oid]
+				if out[i].Type == "" {
+					out[i].Type = fmt.Sprintf("oid %d", c.oid)
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// pgKind says what values pgValue gives for a column of type oid.
+func pgKind(tm *pgtype.Map, oid uint32) ColumnKind {
+	switch oid {
+	case pgtype.Int8OID, pgtype.Int4OID, pgtype.Int2OID, pgtype.OIDOID, pgtype.NumericOID, pgtype.Float4OID, pgtype.Float8OID:
+		return ColumnNumber
+	case pgtype.TextOID, pgtype.VarcharOID, pgtype.BPCharOID, pgtype.NameOID, pgtype.QCharOID:
+		return ColumnText
+	case pgtype.BoolOID:
+		return ColumnBool
+	case pgtype.TimestamptzOID, pgtype.TimestampOID:
+		return ColumnTime
+	case pgtype.ByteaOID:
+		return ColumnBytes
+	case pgtype.DateOID, pgtype.TimeOID, pgtype.IntervalOID, pgtype.UUIDOID, pgtype.InetOID, pgtype.CIDROID,
+		pgtype.MacaddrOID, pgtype.XMLOID, pgtype.BitOID, pgtype.VarbitOID, pgtype.TIDOID, pgtype.XIDOID, pgtype.CIDOID:
+		return ColumnString
+	case pgtype.JSONOID, pgtype.JSONBOID:
+		return ColumnAny
+	}
+	if t, ok := tm.TypeForOID(oid); ok {
+		if _, isArray := t.Codec.(*pgtype.ArrayCodec); isArray {
+			return ColumnList
+		}
+	}
+	return ColumnAny
+}
+
 func (s *pgStore) Watermarks(ctx context.Context) (map[string]uint64, bool, error) {
 	if s.wmQuery == "" {
 		return nil, false, nil
@@ -265,6 +381,8 @@ func pgKey(tm *pgtype.Map, oid uint32, raw []byte, text string) (string, error) 
 		return string(v), nil
 	case bool:
 		return strconv.FormatBool(v), nil
+	case time.Time:
+		return v.Format(time.RFC3339Nano), nil
 	}
 	return text, nil
 }
@@ -325,15 +443,15 @@ func pgValue(tm *pgtype.Map, oid uint32, raw []byte, text string) (any, error) {
 	return text, nil
 }
 
-// pgTime renders a timestamp's text (DateStyle ISO, TimeZone UTC) as RFC
-// 3339 in UTC, or as the text itself when it is no such time (infinity,
-// BC).
+// pgTime reads a timestamp's text (DateStyle ISO, TimeZone UTC) as a
+// time.Time in UTC, or returns the text itself when it is no such time
+// (infinity, BC).
 func pgTime(layout, text string) any {
 	t, err := time.Parse(layout, text)
 	if err != nil {
 		return text
 	}
-	return t.UTC().Format(time.RFC3339Nano)
+	return t.UTC()
 }
 
 // pgGoValue turns a value pgtype decoded (array elements) into a value as
@@ -370,7 +488,7 @@ func pgGoValue(v any) any {
 		}
 		return json.Number(b)
 	case time.Time:
-		return v.UTC().Format(time.RFC3339Nano)
+		return v.UTC()
 	case pgtype.InfinityModifier:
 		return v.String()
 	case [16]byte:

@@ -20,12 +20,12 @@ import (
 //
 // Values by type:
 //
-//   - "string": the string, or a json.Number when it is a JSON number
-//     exactly ("12.50", "-3", "1e9"; not "012", "+1", " 7" or "NaN");
+//   - "string": the string as Text, untyped: "10115" is a string or a
+//     number by the expected value's type;
 //   - "json": the decoded JSON value, numbers as json.Number;
-//   - "hash": an object of the hash's fields, each field's string turned
-//     into a value as for "string" (Redis holds no types in a hash), with
-//     the rule on Row: a hash of one field gives that field's value.
+//   - "hash": an object of the hash's fields, each field's string as Text
+//     (Redis holds no types in a hash), with the rule on Row: a hash of
+//     one field gives that field's value.
 type redisStore struct {
 	client  *redis.Client
 	name    string
@@ -150,7 +150,7 @@ func (s *redisStore) fetch(ctx context.Context, keys []string, fn func(Row) erro
 			}
 			m := make(map[string]any, len(h))
 			for f, v := range h {
-				m[f] = scalarText(v)
+				m[f] = Text(v)
 			}
 			value = fieldsValue(m)
 		case *redis.StringCmd:
@@ -162,7 +162,7 @@ func (s *redisStore) fetch(ctx context.Context, keys []string, fn func(Row) erro
 				return storeError(ctx, s.name, fmt.Errorf("GET %q: %w", k, err))
 			}
 			if s.typ == "string" {
-				value = scalarText(v)
+				value = Text(v)
 			} else if value, err = DecodeJSON([]byte(v)); err != nil {
 				return storeError(ctx, s.name, fmt.Errorf("key %q: malformed JSON: %w", k, err))
 			}
@@ -172,6 +172,24 @@ func (s *redisStore) fetch(ctx context.Context, keys []string, fn func(Row) erro
 		}
 	}
 	return nil
+}
+
+// Check sends PING (connecting, authenticating and selecting the
+// database), then reads the first key one SCAN call meets, if any, as the
+// configured type: a hash read as "json" or malformed JSON is an error
+// here.
+func (s *redisStore) Check(ctx context.Context) error {
+	if err := s.client.Ping(ctx).Err(); err != nil {
+		return storeError(ctx, s.name, fmt.Errorf("PING: %w", err))
+	}
+	keys, _, err := s.client.Scan(ctx, 0, s.pattern, redisScanCount).Result()
+	if err != nil {
+		return storeError(ctx, s.name, fmt.Errorf("SCAN 0 MATCH %q: %w", s.pattern, err))
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	return s.fetch(ctx, keys[:1], func(Row) error { return nil })
 }
 
 func (s *redisStore) Watermarks(ctx context.Context) (map[string]uint64, bool, error) {

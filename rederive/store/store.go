@@ -13,7 +13,14 @@ import (
 //
 // Value is a JSON-like Go value: nil, bool, string, json.Number (every
 // number, in its exact decimal text, so decimal columns compare exactly),
-// []any or map[string]any.
+// []any or map[string]any; and two more types where a store says more, or
+// less, than JSON does:
+//
+//   - Text: a value held as untyped text (a CSV cell, a Redis string or
+//     hash field), whose type only the expected value can tell: "10115"
+//     is a string for a string state and a number for a numeric one;
+//   - time.Time: a PostgreSQL timestamptz or timestamp (the latter read
+//     as UTC), an instant, compared with an expected timestamp as one.
 //
 // Every store that reads a row as named fields (a PostgreSQL row, a JSONL,
 // CSV or HTTP object, a Redis hash) turns it into a value by one rule: the
@@ -28,6 +35,14 @@ type Row struct {
 	Value any
 }
 
+// Text is a value a store holds as text without a type: a CSV cell, a
+// Redis "string" value or hash field. It is kept as written, and the
+// comparison reads it by the type of the expected value (see package
+// compare): as text for a string, as a number for a number, as true or
+// false for a bool, as an RFC 3339 instant for a timestamp. It encodes to
+// JSON as a string.
+type Text string
+
 // Store is a derived store auditd checks: PostgreSQL, Redis, a file, an HTTP
 // service.
 type Store interface {
@@ -36,6 +51,17 @@ type Store interface {
 	// scan and is returned. Any other error (unreachable, malformed rows)
 	// wraps ErrStore.
 	Scan(ctx context.Context, fn func(Row) error) error
+	// Check makes sure the store can be read, cheaply, without reading
+	// its rows: it connects (and authenticates) and checks what it can of
+	// the rows' shape. PostgreSQL describes the query without running it
+	// (the table exists, the key column is in the result); Redis answers
+	// PING and the first key SCAN meets reads as the configured type; a
+	// file exists, and a CSV header, or the first JSONL line, has the key;
+	// an HTTP GET answers 2xx and its first row has the key (the rest of
+	// the response is not read). An error wraps ErrStore, as Scan's would;
+	// a done ctx's is returned as is. A nil error does not promise that a
+	// Scan succeeds: a row further on may still be malformed.
+	Check(ctx context.Context) error
 	// Watermarks returns, for each source log the store reports on, the
 	// ledger tree size it has applied: entries [0, size). ok is false when
 	// the store is not configured to report watermarks.

@@ -15,6 +15,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/auditd/auditd/rederive/store"
 )
@@ -222,7 +225,8 @@ func TestStoreConformance(t *testing.T) {
 }
 
 // TestStoreFailures checks that each way a store can fail is an ErrStore
-// error saying where.
+// error saying where, and that Check finds, without reading the rows,
+// each failure that shows before the first row.
 func TestStoreFailures(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -269,6 +273,13 @@ func TestStoreFailures(t *testing.T) {
 	closed := httptest.NewServer(http.NotFoundHandler())
 	closed.Close()
 
+	// The failures past the first row, which Check does not read.
+	laterRows := map[string]bool{
+		"postgres null key": true, "jsonl malformed line": true, "csv ragged": true,
+		"http malformed json": true, "http element not an object": true,
+		"http data after the array": true, "http malformed ndjson": true,
+	}
+
 	for _, tc := range []struct {
 		name  string
 		c     store.Config
@@ -313,6 +324,15 @@ func TestStoreFailures(t *testing.T) {
 				t.Fatalf("OpenStore: %v", err)
 			}
 			defer s.Close()
+			if !tc.marks {
+				cerr := s.Check(ctx)
+				switch {
+				case laterRows[tc.name] && cerr != nil:
+					t.Errorf("Check = %v, want nil: the failure is past the first row", cerr)
+				case !laterRows[tc.name] && (!errors.Is(cerr, store.ErrStore) || !strings.Contains(cerr.Error(), tc.want)):
+					t.Errorf("Check = %v, want an ErrStore error saying %q", cerr, tc.want)
+				}
+			}
 			if tc.marks {
 				_, _, err = s.Watermarks(ctx)
 			} else {
@@ -384,8 +404,8 @@ func TestStorePostgresTypes(t *testing.T) {
 			"f4": json.Number("0.1"), "f8": json.Number("0.1"), "b": true, "t": "x", "vc": "y",
 			"j":    map[string]any{"a": json.Number("1.10"), "b": []any{nil, "s"}},
 			"jb":   map[string]any{"big": json.Number("12345678901234567890")},
-			"ts":   "2024-05-01T10:00:00.5Z",
-			"tstz": "2024-05-01T10:00:00Z",
+			"ts":   time.Date(2024, 5, 1, 10, 0, 0, 5e8, time.UTC),
+			"tstz": time.Date(2024, 5, 1, 10, 0, 0, 0, time.UTC),
 			"d":    "2024-05-01",
 			"u":    "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
 			"by":   "AP8Q",
@@ -430,5 +450,89 @@ func TestStorePostgresTypes(t *testing.T) {
 	}
 	if w := []store.Row{{Key: "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", Value: json.Number("12.50")}}; !reflect.DeepEqual(rows, w) {
 		t.Errorf("got %#v, want %#v", rows, w)
+	}
+}
+
+// TestStorePostgresCheck checks that Check and Schema describe the query
+// without running it, and give each column's type and kind.
+func TestStorePostgresCheck(t *testing.T) {
+	ctx := context.Background()
+	conn := PostgresConn(t)
+	enum := pgx.Identifier{Name("mood")}.Sanitize()
+	Exec(t, conn, "CREATE TYPE "+enum+" AS ENUM ('ok', 'sad')")
+	t.Cleanup(func() { conn.Exec(context.Background(), "DROP TYPE IF EXISTS "+enum+" CASCADE") })
+	table := PostgresTable(t, conn, `id text, cents bigint, amount numeric(12,2), ratio float8, name varchar(20), ok boolean,
+		at timestamptz, at_utc timestamp, day date, doc jsonb, tags text[], raw bytea, u uuid, m `+enum)
+	var lines []string
+	for i := range 2000 {
+		lines = append(lines, fmt.Sprintf("k%d\t%d\t1.50\t0.5\tn\tt\t2024-05-01 10:00:00+00\t2024-05-01 10:00:00\t2024-05-01\t{}\t{a}\t\\\\x00\ta0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11\tok", i, i))
+	}
+	Copy(t, conn, table, lines)
+	open := func(query string) store.Store {
+		s, err := store.Open(ctx, store.Config{Postgres: &store.PostgresConfig{DSN: PostgresDSN(), Query: query, KeyColumn: "id"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	type schemaStore interface {
+		Schema(context.Context) ([]store.Column, error)
+	}
+
+	s := open("SELECT * FROM " + table)
+	cols, err := s.(schemaStore).Schema(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []store.Column{
+		{Name: "id", Type: "text", Kind: store.ColumnText, Key: true},
+		{Name: "cents", Type: "int8", Kind: store.ColumnNumber},
+		{Name: "amount", Type: "numeric", Kind: store.ColumnNumber},
+		{Name: "ratio", Type: "float8", Kind: store.ColumnNumber},
+		{Name: "name", Type: "varchar", Kind: store.ColumnText},
+		{Name: "ok", Type: "bool", Kind: store.ColumnBool},
+		{Name: "at", Type: "timestamptz", Kind: store.ColumnTime},
+		{Name: "at_utc", Type: "timestamp", Kind: store.ColumnTime},
+		{Name: "day", Type: "date", Kind: store.ColumnString},
+		{Name: "doc", Type: "jsonb", Kind: store.ColumnAny},
+		{Name: "tags", Type: "_text", Kind: store.ColumnList},
+		{Name: "raw", Type: "bytea", Kind: store.ColumnBytes},
+		{Name: "u", Type: "uuid", Kind: store.ColumnString},
+		{Name: "m", Type: strings.Trim(enum, `"`), Kind: store.ColumnAny},
+	}
+	if !reflect.DeepEqual(cols, want) {
+		t.Errorf("Schema =\n%+v\nwant\n%+v", cols, want)
+	}
+
+	// Neither runs the query: one that fails on its first row, or sleeps
+	// for a minute, checks in an instant; Scan runs it.
+	bad := open("SELECT id, 1 / (cents - cents) AS v FROM " + table)
+	if err := bad.Check(ctx); err != nil {
+		t.Errorf("Check of a query that fails when run: %v", err)
+	}
+	if err := bad.Scan(ctx, func(store.Row) error { return nil }); !errors.Is(err, store.ErrStore) || !strings.Contains(err.Error(), "division by zero") {
+		t.Errorf("Scan of a query that fails when run: %v", err)
+	}
+	start := time.Now()
+	if err := open("SELECT id, cents FROM " + table + ", pg_sleep(60)").Check(ctx); err != nil {
+		t.Errorf("Check of a slow query: %v", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("Check of a slow query took %v: it ran the query", d)
+	}
+
+	// What it finds, as Scan would, before any row.
+	for _, tc := range []struct{ query, want string }{
+		{"SELECT id, cents FROM " + Name("none"), "does not exist"},
+		{"SELECT cents, nope FROM " + table, `column "nope" does not exist`},
+		{"SELECT cents FROM " + table, `no key column "id"`},
+		{"SELECT id, cents AS id FROM " + table, `column "id" appears twice`},
+		{"SELEC id FROM " + table, "syntax error"},
+	} {
+		err := open(tc.query).Check(ctx)
+		if !errors.Is(err, store.ErrStore) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Check(%s) = %v, want an ErrStore error saying %q", tc.query, err, tc.want)
+		}
 	}
 }

@@ -125,8 +125,9 @@ func RedisClient(t testing.TB) (*redis.Client, string) {
 type Caps struct {
 	// Scalar: each key holds one scalar (a Redis string), not an object.
 	Scalar bool
-	// Text: every value is text (CSV, a Redis hash), so there is no null
-	// and no boolean, and text that is a JSON number reads as a number.
+	// Text: every value is untyped text (CSV, a Redis hash or string),
+	// read back as store.Text, so there is no null and no boolean; the
+	// comparison reads the text by the expected value's type.
 	Text bool
 }
 
@@ -207,20 +208,43 @@ func Text(v any) string {
 		return string(v)
 	case string:
 		return v
+	case store.Text:
+		return string(v)
 	}
 	panic(fmt.Sprintf("no text for %T", v))
 }
 
+// ReadBack returns the value a backend with caps reads back for a value
+// of Rows: the value itself, or with Text its scalars as store.Text.
+func ReadBack(v any, caps Caps) any {
+	if !caps.Text {
+		return v
+	}
+	switch v := v.(type) {
+	case map[string]any:
+		m := make(map[string]any, len(v))
+		for f, e := range v {
+			m[f] = ReadBack(e, caps)
+		}
+		return m
+	case nil:
+		return nil
+	}
+	return store.Text(Text(v))
+}
+
 // Run checks the store.Store contract against one backend: 3,100 rows
 // of every JSON type the backend holds read back exactly, Compare over
-// them, watermarks (configured and not), an empty store, a scan stopped
-// by fn, and a cancelled context.
+// them (typed expected values against the backend's own), Check,
+// watermarks (configured and not), an empty store, a scan stopped by fn,
+// and a cancelled context.
 func Run(t *testing.T, b Backend) {
 	// 3100 rows: past SCAN's COUNT, pipelines and read buffers.
 	su := &suite{b: b, rows: Rows(3100, b.Caps), marks: map[string]uint64{"payments.0": 3100, "payments.1": 0, "orders-http": 1 << 40}}
 	su.s = su.open(t, su.rows, su.marks)
 	t.Run("rows", su.testRows)
 	t.Run("compare", su.testCompare)
+	t.Run("check", su.testCheck)
 	t.Run("watermarks", su.testWatermarks)
 	t.Run("empty", su.testEmpty)
 	t.Run("stop", su.testStop)
@@ -272,9 +296,10 @@ func (su *suite) testRows(t *testing.T) {
 	}
 	bad := 0
 	for _, r := range su.rows {
-		if v, ok := got[r.Key]; !ok || !reflect.DeepEqual(v, r.Value) {
+		want := ReadBack(r.Value, su.b.Caps)
+		if v, ok := got[r.Key]; !ok || !reflect.DeepEqual(v, want) {
 			if bad++; bad <= 3 {
-				t.Errorf("key %q: got %#v (present %v), want %#v", r.Key, v, ok, r.Value)
+				t.Errorf("key %q: got %#v (present %v), want %#v", r.Key, v, ok, want)
 			}
 		}
 	}
@@ -303,6 +328,43 @@ func (su *suite) testCompare(t *testing.T) {
 	}
 	if len(drifts) != 2 || drifts[0].Kind != compare.DriftMismatch || drifts[0].Key != "acct-00005" || drifts[1].Kind != compare.DriftMissing || drifts[1].Key != "nobody" {
 		t.Errorf("drifts %+v", drifts)
+	}
+}
+
+func (su *suite) testCheck(t *testing.T) {
+	ctx := context.Background()
+	if err := su.s.Check(ctx); err != nil {
+		t.Errorf("Check: %v", err)
+	}
+	if err := su.open(t, nil, nil).Check(ctx); err != nil {
+		t.Errorf("Check of an empty store: %v", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := su.s.Check(cctx); err != context.Canceled {
+		t.Errorf("Check with a cancelled context: err %v, want %v", err, context.Canceled)
+	}
+	// A store with typed columns describes them, the key marked, without
+	// reading a row.
+	if sc, ok := su.s.(interface {
+		Schema(context.Context) ([]store.Column, error)
+	}); ok {
+		cols, err := sc.Schema(ctx)
+		if err != nil {
+			t.Fatalf("Schema: %v", err)
+		}
+		keys := 0
+		for _, c := range cols {
+			if c.Key {
+				keys++
+			}
+			if c.Name == "" || c.Type == "" || c.Kind == "" {
+				t.Errorf("column %+v: want a name, a type and a kind", c)
+			}
+		}
+		if keys != 1 || len(cols) != len(Fields(su.rows))+1 {
+			t.Errorf("Schema = %+v: want %d columns, one of them the key", cols, len(Fields(su.rows))+1)
+		}
 	}
 }
 

@@ -155,7 +155,17 @@ func (s *Server) getEntry(w http.ResponseWriter, r *http.Request) {
 		s.writeErr(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, renderEntry(rec, r.URL.Query().Get("payload") == "base64"))
+	writeJSON(w, http.StatusOK, withLedgeredAt(l, rec, renderEntry(rec, r.URL.Query().Get("payload") == "base64")))
+}
+
+// withLedgeredAt adds to a single entry's rendering when the log ledgered
+// it, where it was recorded.
+func withLedgeredAt(l *ledger.Log, rec *ledger.Record, e client.Entry) client.Entry {
+	if t, ok, err := l.LedgeredAt(rec.Index); err == nil && ok {
+		t = t.UTC()
+		e.LedgeredAt = &t
+	}
+	return e
 }
 
 func (s *Server) getEntryByID(w http.ResponseWriter, r *http.Request) {
@@ -177,7 +187,7 @@ func (s *Server) getEntryByID(w http.ResponseWriter, r *http.Request) {
 		s.writeErr(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, renderEntry(rec, r.URL.Query().Get("payload") == "base64"))
+	writeJSON(w, http.StatusOK, withLedgeredAt(l, rec, renderEntry(rec, r.URL.Query().Get("payload") == "base64")))
 }
 
 // maxListEntries bounds the entries of one GET /entries?start=&end=.

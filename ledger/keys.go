@@ -19,6 +19,7 @@ const (
 	kindSource     = 's' // s log                      -> source position (see source.go)
 	kindBucket     = 'b' // b name 0x00 key            -> other components' state (see bucket.go)
 	kindLayout     = 'v' // v                          -> storage layout version (u32); absent: 1
+	kindLedgered   = 'a' // a log size(u64)            -> when the group commit that made the log that size was staged (unix ns, u64)
 )
 
 // storageLayout is the storage layout this code writes (see "Pebble storage
@@ -49,6 +50,10 @@ func chunksKey(log uint32) []byte { return logKey(kindChunks, log, 0) }
 func tileKey(log uint32, level uint8, n uint64) []byte {
 	k := append(logKey(kindTile, log, 9), level)
 	return binary.BigEndian.AppendUint64(k, n)
+}
+
+func ledgeredKey(log uint32, size uint64) []byte {
+	return binary.BigEndian.AppendUint64(logKey(kindLedgered, log, 8), size)
 }
 
 func checkpointKey(log uint32, size uint64) []byte {

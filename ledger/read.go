@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -473,4 +474,28 @@ func (l *Log) entries(ctx context.Context, from, to uint64, leaf bool, fn func(*
 		return l.missingEntry(want)
 	}
 	return nil
+}
+
+// LedgeredAt returns when the entry at index was ledgered: when the group
+// commit that appended it was staged, by the store's clock (WithClock). It
+// is what a drift check's grace period counts from, whatever time the event
+// itself carries (a backfill of old events, an event dated in the future).
+// ok is false for an entry ledgered before auditd recorded these times, or
+// an index at or past the tree size.
+func (l *Log) LedgeredAt(index uint64) (t time.Time, ok bool, err error) {
+	if index >= l.Size() {
+		return time.Time{}, false, nil
+	}
+	it, err := l.s.db.NewIter(&pebble.IterOptions{LowerBound: ledgeredKey(l.id, index+1), UpperBound: logKey(kindLedgered, l.id+1, 0)})
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	defer it.Close()
+	if !it.First() {
+		return time.Time{}, false, it.Error()
+	}
+	if len(it.Value()) != 8 {
+		return time.Time{}, false, fmt.Errorf("ledger: %s: ledgered time of %d: %d bytes", l.name, index, len(it.Value()))
+	}
+	return time.Unix(0, int64(binary.BigEndian.Uint64(it.Value()))), true, nil
 }

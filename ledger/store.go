@@ -397,7 +397,7 @@ func (s *Store) DiskUsage() (Usage, error) {
 	m := s.db.Metrics()
 	u := Usage{Total: m.DiskSpaceUsage(), Tables: m.Table.Local.LiveSize, WAL: m.WAL.PhysicalSize + m.WAL.ObsoletePhysicalSize, ByKind: map[string]uint64{}}
 	u.Other = u.Total - u.Tables - u.WAL
-	kinds := map[byte]string{kindEntry: "entries", kindIDIndex: "id index", kindHashIndex: "leaf hash index", kindTile: "tiles", kindCheckpoint: "checkpoints", kindMeta: "metadata", kindName: "names", kindChunks: "index chunks", kindSource: "source positions", kindBucket: "buckets", kindLayout: "layout version"}
+	kinds := map[byte]string{kindEntry: "entries", kindIDIndex: "id index", kindHashIndex: "leaf hash index", kindTile: "tiles", kindCheckpoint: "checkpoints", kindMeta: "metadata", kindName: "names", kindChunks: "index chunks", kindSource: "source positions", kindBucket: "buckets", kindLayout: "layout version", kindLedgered: "ledgered times"}
 	for k, name := range kinds {
 		n, err := s.db.EstimateDiskUsage([]byte{k}, []byte{k + 1})
 		if err != nil {

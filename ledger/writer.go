@@ -510,6 +510,11 @@ func (l *Log) stage(f *flight) error {
 		return err
 	}
 	_ = b.Set(metaKey(l.id), encodeMeta(logMeta{name: l.name, size: size, root: r}), nil)
+	if size > w.size {
+		// When these entries were ledgered, for the grace period of drift
+		// checks (LedgeredAt): one key per group commit.
+		_ = b.Set(ledgeredKey(l.id, size), binary.BigEndian.AppendUint64(nil, uint64(l.s.opts.now().UnixNano())), nil)
+	}
 	f.first = !l.persisted.Load() && !l.pl.nameStaged
 	if f.first {
 		_ = b.Set(nameKey(l.name), binary.BigEndian.AppendUint32(nil, l.id), nil)

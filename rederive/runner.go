@@ -160,7 +160,11 @@ func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
 		return fail(f)
 	}
 
-	r.classify(rep, sp, res, drifts, hasMarks, now())
+	young := func(*fold.EventRef) bool { return false }
+	if grace := time.Duration(sp.Grace); grace > 0 && !hasMarks && len(drifts) > 0 {
+		young = r.graceWindow(ctx, rep.Pins, now().Add(-grace))
+	}
+	r.classify(rep, sp, res, drifts, young)
 	if len(rep.Ahead) > 0 && len(rep.Drift) > 0 {
 		rep.Waiting = "drift judged once a signed checkpoint covers the store's watermark: " + strings.Join(rep.Ahead, "; ")
 	}
@@ -458,11 +462,11 @@ type confirmation struct {
 	Runs int `json:"runs"`
 }
 
-// classify sorts drifts into pending and confirmed. Without watermarks a
-// mismatch on a key whose newest event is younger than the grace period
-// is pending whatever the run count; otherwise a drift is confirmed once
-// it has persisted across ConfirmRuns runs.
-func (r *Runner) classify(rep *Report, sp *spec.Spec, res *fold.Result, drifts []compare.Drift, hasMarks bool, now time.Time) {
+// classify sorts drifts into pending and confirmed. A drift on a key whose
+// newest event young says is within the grace period is pending whatever
+// the run count; otherwise a drift is confirmed once it has persisted
+// across ConfirmRuns runs.
+func (r *Runner) classify(rep *Report, sp *spec.Spec, res *fold.Result, drifts []compare.Drift, young func(*fold.EventRef) bool) {
 	prev := map[string]confirmation{}
 	key := []byte("confirm/" + rep.Derivation)
 	if r.bucket != nil {
@@ -474,7 +478,6 @@ func (r *Runner) classify(rep *Report, sp *spec.Spec, res *fold.Result, drifts [
 	if r.bucket == nil {
 		confirmRuns = 1 // a single run (auditd verify) confirms at once
 	}
-	grace := time.Duration(sp.Grace)
 	next := make(map[string]confirmation, len(drifts))
 	var confirmed, pending []DriftReport
 	for _, dr := range drifts {
@@ -487,8 +490,8 @@ func (r *Runner) classify(rep *Report, sp *spec.Spec, res *fold.Result, drifts [
 			ref := ref
 			out.Newest = &ref
 		}
-		young := !hasMarks && out.Newest != nil && now.Sub(out.Newest.Time) < grace
-		if !young && c.Runs >= confirmRuns && len(rep.Ahead) == 0 {
+		inGrace := out.Newest != nil && young(out.Newest)
+		if !inGrace && c.Runs >= confirmRuns && len(rep.Ahead) == 0 {
 			out.Status = "confirmed"
 			confirmed = append(confirmed, out)
 		} else {
@@ -560,6 +563,56 @@ func (r *Runner) attachLineage(ctx context.Context, rep *Report, sp *spec.Spec, 
 		}
 	}
 	return nil
+}
+
+// graceWindow returns whether an event is within the grace period: ledgered
+// at or after cutoff. The grace period counts from when auditd ledgered the
+// event, not from the event's own time: a backfill of old events is young
+// when it arrives, and an event dated in the future is not young for
+// years. Times only grow with the index (one per group commit), so for
+// each pinned log the first index ledgered at or after cutoff, and the
+// first with a recorded time at all, are found by binary search: a few
+// dozen lookups per log whatever the number of drifts. Where the ledger
+// cannot tell (no recorded time: entries from before auditd recorded it,
+// or a ledger that does not record them), the event's own time stands in.
+func (r *Runner) graceWindow(ctx context.Context, pins []fold.Pin, cutoff time.Time) func(*fold.EventRef) bool {
+	byTime := func(ref *fold.EventRef) bool { return !ref.Time.Before(cutoff) }
+	lt, ok := r.ledger.(LedgeredTimes)
+	if !ok {
+		return byTime
+	}
+	type bounds struct{ recorded, young uint64 }
+	logs := map[string]bounds{}
+	for _, p := range pins {
+		var failed error
+		search := func(pred func(t time.Time, ok bool) bool) uint64 {
+			return uint64(sort.Search(int(p.Size), func(i int) bool {
+				if failed != nil {
+					return true
+				}
+				t, ok, err := lt.LedgeredAt(ctx, p.Log, uint64(i))
+				if err != nil {
+					failed = err
+					return true
+				}
+				return pred(t, ok)
+			}))
+		}
+		b := bounds{recorded: search(func(_ time.Time, ok bool) bool { return ok })}
+		b.young = search(func(t time.Time, ok bool) bool { return ok && !t.Before(cutoff) })
+		if failed != nil {
+			r.logger.Warn("ledgered times not read; the grace period counts from event times", "log", p.Log, "err", failed)
+			continue
+		}
+		logs[p.Log] = b
+	}
+	return func(ref *fold.EventRef) bool {
+		b, ok := logs[ref.Log]
+		if !ok || ref.Index < b.recorded {
+			return byTime(ref)
+		}
+		return ref.Index >= b.young
+	}
 }
 
 // logNames lists the logs of marks, sorted.

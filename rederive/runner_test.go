@@ -197,8 +197,10 @@ func TestRunnerLineageNamesSkippedEvent(t *testing.T) {
 // is clean and never alerted on.
 func TestRunnerLaggingStore(t *testing.T) {
 	t.Parallel()
-	lg := newRTLedger(t)
 	const n = 50
+	// The ledger takes the events at the time of the last one: the grace
+	// period counts from then (when they were ledgered).
+	lg := newRTLedger(t, ledger.WithClock(func() time.Time { return rtTime(n) }))
 	evs := rtTransfers(3, n, 8, "acct-")
 	lg.append(t, "payments", evs)
 	full := rtBalances(evs, nil)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/auditd/auditd/ledger"
+	"github.com/auditd/auditd/rederive/store"
 	"github.com/auditd/auditd/rederive/store/storetest"
 )
 
@@ -157,5 +158,54 @@ func TestRunnerSkippedEventsShown(t *testing.T) {
 		if !strings.Contains(b.String(), "3 events skipped") || !strings.Contains(b.String(), "payments#1027") {
 			t.Errorf("%s report does not show the skipped events:\n%s", name, b.String())
 		}
+	}
+}
+
+// TestRunnerGraceCountsFromLedgered: the grace period counts from when the
+// ledger took the event, not from the time the event carries. A backfill
+// of events dated two days ago, ledgered now, is within its grace (pending);
+// events dated five years ahead, ledgered two hours ago, are past a grace
+// of an hour (confirmed). Past a read batch, on several logs' worth of
+// group commits.
+func TestRunnerGraceCountsFromLedgered(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		eventAge  time.Duration // how long before now the events are dated (negative: ahead)
+		ledgered  time.Duration // how long before now the ledger took them
+		wantState string
+	}{
+		{"backfill of old events, just ledgered", 48 * time.Hour, 0, StatePending},
+		{"events dated ahead, ledgered long ago", -5 * 365 * 24 * time.Hour, 2 * time.Hour, StateDrift},
+		{"old events ledgered long ago", 48 * time.Hour, 2 * time.Hour, StateDrift},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			lg := newRTLedger(t, ledger.WithClock(func() time.Time { return time.Now().Add(-tc.ledgered) }))
+			evs := rtTransfers(31, 1100, 20, "acct-")
+			l := lg.log(t, "payments")
+			for lo := 0; lo < len(evs); lo += 100 { // several group commits
+				es := make([]ledger.Entry, 0, 100)
+				for i := lo; i < lo+100; i++ {
+					es = append(es, ledger.Entry{ID: rtID("payments", i), Time: time.Now().Add(-tc.eventAge).Add(time.Duration(i) * time.Millisecond), Payload: evs[i].payload(), PayloadJSON: true})
+				}
+				if _, err := l.Append(t.Context(), es); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := l.WaitCheckpoint(t.Context(), uint64(len(evs))); err != nil {
+				t.Fatal(err)
+			}
+			wrong := rtBalances(evs, nil)
+			wrong[evs[1099].To] += 7 // the key of the last event: the newest is the youngest
+			pg := newRTPG(t)
+			pg.set(t, wrong)
+			sp := rtSpec("balances", pg.config())
+			sp.Grace = store.Duration(time.Hour)
+			rep := rtRun(t, lg.runner(nil), rtJob(t, sp), false)
+			if rep.State != tc.wantState || rep.Confirmed+rep.Pending != 1 {
+				t.Errorf("state %s (confirmed %d, pending %d), want %s for the one wrong key", rep.State, rep.Confirmed, rep.Pending, tc.wantState)
+			}
+		})
 	}
 }

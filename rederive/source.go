@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/auditd/auditd/client"
 	"github.com/auditd/auditd/ledger"
@@ -45,6 +46,43 @@ var ErrAllEventsFailed = errors.New("rederive: every event failed")
 // ErrWatermarkMissing ends a run against a store that reports watermarks
 // but none for one of the derivation's source logs.
 var ErrWatermarkMissing = errors.New("rederive: no watermark for a source log")
+
+// LedgeredTimes is a Ledger that knows when it ledgered its entries: the
+// grace period of drift counts from that time, not from the time the event
+// itself carries. LedgeredAt returns when the entry at index of log was
+// ledgered; ok is false where that was not recorded (entries from before
+// auditd recorded it), and then the event's own time stands in.
+type LedgeredTimes interface {
+	LedgeredAt(ctx context.Context, log string, index uint64) (t time.Time, ok bool, err error)
+}
+
+var (
+	_ LedgeredTimes = LocalLedger{}
+	_ LedgeredTimes = (*RemoteLedger)(nil)
+)
+
+// LedgeredAt is ledger.Log.LedgeredAt.
+func (s LocalLedger) LedgeredAt(_ context.Context, log string, index uint64) (time.Time, bool, error) {
+	l, err := s.Store.Log(log)
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	return l.LedgeredAt(index)
+}
+
+// LedgeredAt reads the entry's ledgered_at from the server. The tree does
+// not commit to it; it only decides whether a drift is still within its
+// grace period.
+func (r *RemoteLedger) LedgeredAt(ctx context.Context, log string, index uint64) (time.Time, bool, error) {
+	e, err := r.Client.Entry(ctx, log, index)
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	if e.LedgeredAt == nil {
+		return time.Time{}, false, nil
+	}
+	return *e.LedgeredAt, true, nil
+}
 
 // matchLogs returns the logs matching any of the patterns, sorted.
 func matchLogs(logs, patterns []string) []string {

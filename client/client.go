@@ -160,10 +160,10 @@ type Entry struct {
 	// only, and only where the server recorded it). The tree does not
 	// commit to it: it says when, not what, and a drift check's grace
 	// period counts from it.
-	LedgeredAt *time.Time `json:"ledgered_at,omitempty"`
-	PayloadSHA256 string          `json:"payload_sha256"`
-	Leaf          string          `json:"leaf"`
-	LeafHash      merkle.Hash     `json:"leaf_hash"`
+	LedgeredAt    *time.Time  `json:"ledgered_at,omitempty"`
+	PayloadSHA256 string      `json:"payload_sha256"`
+	Leaf          string      `json:"leaf"`
+	LeafHash      merkle.Hash `json:"leaf_hash"`
 }
 
 // Entry fetches the entry at index.

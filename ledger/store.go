@@ -444,6 +444,7 @@ func (p pebbleLogger) Infof(format string, args ...any) {
 func (p pebbleLogger) Errorf(format string, args ...any) {
 	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
 }
+
 // Fatalf is Pebble's report of an error it cannot go on from (a commit
 // whose WAL write failed, a MANIFEST that cannot be written). Pebble's
 // code after the call assumes it does not return, so it panics, with a

@@ -70,6 +70,16 @@ type Config struct {
 	// is behind or inconsistent with it is refused (see RollbackReadOnly).
 	// Another disk guards against losing both. Default DataDir/checkpoints.
 	CheckpointDir string `yaml:"checkpoint_dir"`
+	// CheckpointGuardDir keeps a second copy of each log's latest signed
+	// checkpoint outside the data dir, by signing key
+	// (<dir>/<key name>+<key hash>/<log>), written with the checkpoint file
+	// and checked with it at start: a data dir restored from an older copy
+	// (to any path on this host) is behind the key's guard copy and is
+	// refused like a lost WAL tail (see RollbackReadOnly). Default
+	// $XDG_STATE_HOME/auditd/guard, or ~/.local/state/auditd/guard; "off"
+	// (or "none") turns it off. docs/operations.md says which restores it
+	// catches and which need a witness.
+	CheckpointGuardDir string `yaml:"checkpoint_guard_dir"`
 	// RollbackReadOnly starts anyway when a log's storage is behind or
 	// inconsistent with its checkpoint file (storage lost signed entries):
 	// that log is served read-only as it is (appends get 503 read_only, no
@@ -354,6 +364,7 @@ func bindFlags(fs *flag.FlagSet, c *Config) {
 	fs.Int64Var(&c.CacheBytes, "cache-bytes", c.CacheBytes, "Pebble block cache size in bytes")
 	fs.Int64Var(&c.DiskReserveBytes, "disk-reserve-bytes", c.DiskReserveBytes, "free bytes of the data dir's file system below which appends are refused until space is freed (0: sized from the memtable; -1: off)")
 	fs.StringVar(&c.CheckpointDir, "checkpoint-dir", c.CheckpointDir, "directory of the logs' latest checkpoint files (default DATA-DIR/checkpoints)")
+	fs.StringVar(&c.CheckpointGuardDir, "checkpoint-guard-dir", c.CheckpointGuardDir, guardFlagUsage)
 	fs.BoolVar(&c.RollbackReadOnly, "rollback-read-only", c.RollbackReadOnly, "serve a log behind or inconsistent with its signed checkpoint read-only instead of refusing to start")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest POST body in bytes")
 	fs.IntVar(&c.MaxLogs, "max-logs", c.MaxLogs, "logs POSTs may create, at most (0: no bound)")

@@ -31,14 +31,20 @@ const (
 
 const fsckUsage = `Usage: auditd fsck --data-dir DIR [--log NAME] [--json] [flags]
 
-Checks a stopped daemon's ledger offline, trusting nothing it stored: the
-scrub re-reads every entry and payload, recomputes their leaf hashes,
-rebuilds the tree and compares every stored tile (with its level-4 hashes),
-the recorded root and every signed checkpoint's root with it; the
-checkpoint audit verifies every stored checkpoint's signature and its
-consistency with the latest. The store is opened read-only: fsck writes
-nothing and signs nothing. Each finding names its log and the entry, tile
-or checkpoint concerned.
+Checks a stopped daemon's ledger offline, trusting nothing it stored. First
+the checks serve runs when it opens the ledger, with serve's code (check
+"open"): the storage layout is not newer than this version's; each log's
+latest stored checkpoint verifies with the key; its checkpoint file and
+guard copy verify, are one history, and the tree is not behind them and
+matches their root; no file names a log storage does not hold. Pass the
+daemon's --checkpoint-dir and --checkpoint-guard-dir (or its --config):
+"fsck clean" means serve starts. Then the scrub re-reads every entry and
+payload, recomputes their leaf hashes, rebuilds the tree and compares every
+stored tile (with its level-4 hashes), the recorded root and every signed
+checkpoint's root with it; the checkpoint audit verifies every stored
+checkpoint's signature and its consistency with the latest. The store is
+opened read-only: fsck writes nothing and signs nothing. Each finding names
+its log and the entry, tile or checkpoint concerned.
 
 Exit status:
   0  clean
@@ -50,6 +56,7 @@ Exit status:
 // fsckFlags are auditd fsck's flags.
 type fsckFlags struct {
 	dataDir, only, keyFile, vkey string
+	cpDir, guardDir, config      string
 	jsonOut, quiet               bool
 }
 
@@ -63,6 +70,9 @@ func runFsck(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.keyFile, "key-file", "", "the checkpoint signing key whose verifier checks the checkpoints (default DATA-DIR/auditd.key; read, never created)")
 	fs.StringVar(&f.vkey, "verifier-key", "", "check checkpoints with this verifier key (NAME+HASH+KEY, or @FILE) instead of the key file's")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress on stderr")
+	fs.StringVar(&f.cpDir, "checkpoint-dir", "", "the daemon's checkpoint_dir, if it sets one (default DATA-DIR/checkpoints)")
+	fs.StringVar(&f.guardDir, "checkpoint-guard-dir", "", "the daemon's checkpoint_guard_dir, if it sets one; "+guardFlagUsage)
+	fs.StringVar(&f.config, "config", "", "serve's YAML config: defaults for the data dir, key and checkpoint dirs")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, fsckUsage)
 		fs.PrintDefaults()
@@ -77,9 +87,16 @@ func runFsck(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "auditd fsck: "+format+"\n", a...)
 		return fsckError
 	}
+	if err := f.fromConfig(); err != nil {
+		return fail("%v", err)
+	}
 	if f.dataDir == "" || fs.NArg() > 0 {
 		fs.Usage()
 		return fail("--data-dir is required and there are no arguments")
+	}
+	guard, err := checkpointGuardDir(f.guardDir)
+	if err != nil {
+		return fail("%v", err)
 	}
 	v, err := fsckVerifier(f.dataDir, f.keyFile, f.vkey)
 	if err != nil {
@@ -102,9 +119,13 @@ func runFsck(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	start := time.Now()
 	p := &fsckProgress{w: stderr, total: total, bar: !f.quiet && isTerminal(stderr), plain: !f.quiet && !isTerminal(stderr), start: start, lastLine: start}
-	var runErr error
+	p.check = "open"
+	runErr := fsckOpen(rs, v, f.only, f.cpDir, guard, p)
 	for _, c := range []checkers.Checker{checkers.NewScrub(src, v), checkers.NewCheckpointAudit(src, v)} {
 		p.check = c.Name()
+		if runErr != nil {
+			break
+		}
 		if err := c.Run(ctx, p); err != nil {
 			runErr = err
 			break
@@ -124,6 +145,51 @@ func runFsck(args []string, stdout, stderr io.Writer) int {
 		return fsckFindings
 	}
 	return fsckClean
+}
+
+// fromConfig applies --config: the defaults of the data dir, the key and
+// the checkpoint dirs from serve's config.
+func (f *fsckFlags) fromConfig() error {
+	if f.config == "" {
+		return nil
+	}
+	cfg, err := loadConfig(f.config)
+	if err != nil {
+		return err
+	}
+	if f.dataDir == "" {
+		f.dataDir = cfg.DataDir
+	}
+	if f.keyFile == "" && f.vkey == "" {
+		f.keyFile = cfg.KeyFile
+	}
+	if f.cpDir == "" {
+		f.cpDir = cfg.CheckpointDir
+	}
+	if f.guardDir == "" {
+		f.guardDir = cfg.CheckpointGuardDir
+	}
+	return nil
+}
+
+// fsckOpen runs the checks serve runs when it opens the ledger
+// (ledger.RawStore.CheckOpen, the code ledger.Open runs), reporting what
+// serve would refuse, or serve only read-only with --rollback-read-only,
+// as findings: of the log named only, if set, and of the whole store.
+func fsckOpen(rs *ledger.RawStore, v note.Verifier, only, cpDir, guard string, p *fsckProgress) error {
+	res, err := rs.CheckOpen(v, ledger.WithCheckpointDir(cpDir), ledger.WithCheckpointGuardDir(guard))
+	if err != nil {
+		return fmt.Errorf("open checks: %w", err)
+	}
+	if res.Layout != nil {
+		p.Found(checkers.Finding{Kind: "layout", Detail: res.Layout.Error() + ": serve refuses the store"})
+	}
+	for _, e := range res.Logs {
+		if only == "" || e.Log == only {
+			p.Found(checkers.Finding{Log: e.Log, Kind: e.Kind, Detail: e.Detail})
+		}
+	}
+	return nil
 }
 
 // fsckSource is what fsck checks of rs: every log, or only the one named,
@@ -155,6 +221,10 @@ func fsckSource(rs *ledger.RawStore, only, dataDir string) (checkers.Source, []s
 func fsckPrint(stdout io.Writer, asJSON bool, p *fsckProgress, logs []string, elapsed time.Duration, runErr error) {
 	if !asJSON {
 		for _, f := range p.findings {
+			if f.Log == "" { // the whole store
+				fmt.Fprintf(stdout, "%s: %s: %s\n", f.check, f.Kind, f.Detail)
+				continue
+			}
 			fmt.Fprintf(stdout, "%s: %s\n", f.check, f.Finding)
 		}
 		return

@@ -13,10 +13,12 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/auditd/auditd/ledger"
+	"github.com/auditd/auditd/merkle"
 )
 
 // The fsck test store: log "pay" of 70,000 entries (past the 65,536 of an
@@ -376,4 +378,147 @@ func dirContents(t *testing.T, dir string) map[string]string {
 		out[e.Name()] = string(b)
 	}
 	return out
+}
+
+// TestFsckOpenChecks (issue 26, item 5): fsck runs the checks serve runs
+// when it opens the ledger, and "fsck clean" means "serve starts". Each
+// case edits a copy of a stopped daemon's data dir as a hand, a script or
+// a restore could (its checkpoint file of log pay, 70,000 entries, or a
+// file for a log storage does not hold, the layout marker, the key): fsck
+// exits 1 with a finding of check "open" naming the log, and serve refuses
+// to start, naming it too. The clean copy passes fsck, and serve starts on
+// it. Before the fix fsck passed every edited copy that serve refused.
+func TestFsckOpenChecks(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	bin := buildDaemon(t, ctx)
+	clean := buildFsckStore(t)
+	k, _, err := loadOrCreateKey(filepath.Join(clean, "auditd.key"), "fsck.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sign := func(log string, size uint64, root merkle.Hash) []byte {
+		n, err := merkle.Checkpoint{Origin: k.signer.Name() + "/" + log, Size: size, Root: root}.Sign(k.signer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	otherRoot := merkle.LeafHash([]byte("another history"))
+	write := func(name string, b []byte) func(t *testing.T, dir string) {
+		return func(t *testing.T, dir string) {
+			if err := os.WriteFile(filepath.Join(dir, "checkpoints", name), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cases := []struct {
+		name      string
+		edit      func(t *testing.T, dir string)
+		log, kind string // the finding; log "" for the whole store
+		says      string // serve's refusal and the finding's detail say this
+	}{
+		{"byte flipped", func(t *testing.T, dir string) {
+			p := filepath.Join(dir, "checkpoints", "pay")
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b[len("fsck.test/pay\n70000\n")+3] ^= 0x01 // in the root
+			if err := os.WriteFile(p, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, "pay", ledger.IntegrityCheckpointBad, "does not hold a checkpoint of this log signed by this key"},
+		{"another root, signed", write("pay", sign("pay", fsckPayTotal, otherRoot)), "pay", ledger.IntegrityRollback, "inconsistent"},
+		{"another root at an older size", write("pay", sign("pay", 5000, otherRoot)), "pay", ledger.IntegrityRollback, "inconsistent"},
+		{"ahead of storage", write("pay", sign("pay", fsckPayTotal+1000, otherRoot)), "pay", ledger.IntegrityRollback, "1000 signed entries are lost"},
+		{"truncated to 0 bytes", write("pay", nil), "pay", ledger.IntegrityCheckpointBad, "does not hold a checkpoint"},
+		{"a log storage does not hold", write("ghost", sign("ghost", 3, otherRoot)), "ghost", ledger.IntegrityRollback, "no log ghost at all"},
+		{"layout newer", func(t *testing.T, dir string) {
+			db, err := pebble.Open(dir, &pebble.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Set([]byte{'v'}, binary.BigEndian.AppendUint32(nil, 99), pebble.Sync); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}, "", "layout", "storage layout 99 is newer"},
+		{"another key", func(t *testing.T, dir string) {
+			for _, f := range []string{"auditd.key", "auditd.key.pub"} {
+				os.Remove(filepath.Join(dir, f))
+			}
+			if err := writeNewKey(filepath.Join(dir, "auditd.key"), "fsck.test"); err != nil {
+				t.Fatal(err)
+			}
+		}, "other", ledger.IntegrityCheckpointBad, "does not verify"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := copyStore(t, clean)
+			tc.edit(t, dir)
+			keyMode600(t, dir)
+			guard := t.TempDir()
+			code, out, stderr := runFsckBin(t, bin, "--data-dir", dir, "--json", "--quiet", "--checkpoint-guard-dir", guard)
+			if code != 1 {
+				t.Errorf("fsck: exit %d, want 1\n%s\n%s", code, out, stderr)
+			}
+			if code == 1 || code == 0 {
+				var open []string
+				found := false
+				for _, f := range parseFsck(t, out).Findings {
+					if f.Check != "open" {
+						continue
+					}
+					open = append(open, f.Log+" "+f.Kind)
+					if f.Log == tc.log && f.Kind == tc.kind && strings.Contains(f.Detail, tc.says) {
+						found = true
+					}
+				}
+				if !found {
+					t.Errorf("fsck's open findings %q; want %q %s saying %q\n%s", open, tc.log, tc.kind, tc.says, out)
+				}
+			}
+			d, err := startDaemonArgs(ctx, bin, 0, "serve", "--data-dir", dir, "--listen", "127.0.0.1:0",
+				"--log-format", "text", "--checkpoint-guard-dir", guard)
+			if err == nil {
+				d.stop(ctx)
+				t.Fatalf("serve started on the copy fsck reports")
+			}
+			<-d.exited
+			stderr = strings.Join(d.stderr.lines(), "\n")
+			if !strings.Contains(stderr, tc.log) || !strings.Contains(stderr, tc.says) {
+				t.Errorf("serve's refusal does not name %q and say %q:\n%s", tc.log, tc.says, stderr)
+			}
+		})
+	}
+	t.Run("clean", func(t *testing.T) {
+		dir := copyStore(t, clean)
+		keyMode600(t, dir)
+		guard := t.TempDir()
+		for run := range 2 { // before serve made the guard copies, and after
+			if code, out, stderr := runFsckBin(t, bin, "--data-dir", dir, "--json", "--quiet", "--checkpoint-guard-dir", guard); code != 0 {
+				t.Fatalf("fsck run %d: exit %d, want 0\n%s\n%s", run, code, out, stderr)
+			}
+			d, err := startDaemonArgs(ctx, bin, run, "serve", "--data-dir", dir, "--listen", "127.0.0.1:0",
+				"--log-format", "text", "--checkpoint-guard-dir", guard)
+			if err != nil {
+				t.Fatalf("serve on the copy fsck passes: %v\n%s", err, strings.Join(d.stderr.lines(), "\n"))
+			}
+			if err := d.stop(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// keyMode600 gives a copied store's key the mode serve asks of it
+// (os.CopyFS makes files 0644).
+func keyMode600(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.Chmod(filepath.Join(dir, "auditd.key"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 }

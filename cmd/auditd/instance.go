@@ -135,6 +135,10 @@ func (d *instance) openLedger() error {
 		logger.Info("generated checkpoint signing key", "file", cfg.KeyFile, "verifier_key", key.vkey)
 	}
 	d.key = key
+	guard, err := cfg.checkpointGuard(logger)
+	if err != nil {
+		return err
+	}
 	integrity := newIntegrityAlerts(logger)
 	space := newSpaceAlerts(logger)
 	store, err := ledger.Open(cfg.DataDir, key.signer, key.verifier,
@@ -147,6 +151,7 @@ func (d *instance) openLedger() error {
 		ledger.WithDiskSpaceHandler(space.handle),
 		ledger.WithLogger(logger),
 		ledger.WithCheckpointDir(cfg.CheckpointDir),
+		ledger.WithCheckpointGuardDir(guard),
 		ledger.WithReadOnlyOnRollback(cfg.RollbackReadOnly))
 	if err != nil {
 		return explainLock(cfg.DataDir, err)

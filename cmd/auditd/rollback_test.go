@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -374,4 +375,153 @@ func newestWALFile(t *testing.T, dir string) string {
 	}
 	slices.Sort(wals)
 	return filepath.Join(dir, wals[len(wals)-1])
+}
+
+// TestServeRefusesRestoredDataDir (issue 26, item 3): restoring a whole
+// data directory from an older copy rolls its checkpoint files back with
+// it, so before the fix serve started on it, behind checkpoints it had
+// served, and would sign a fork. The guard copies outside the data dir
+// (by default under $XDG_STATE_HOME/auditd/guard, keyed by the signing
+// key) catch it: serve refuses, naming the log and the guard copy, or
+// with --rollback-read-only serves the log read-only; a copy restored to
+// another path is refused too, and fsck reports the restored copy. Only
+// with the guard off does serve start on it.
+func TestServeRefusesRestoredDataDir(t *testing.T) {
+	state := t.TempDir()
+	t.Setenv("XDG_STATE_HOME", state) // the default guard dir of this test's daemons
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	bin := buildDaemon(t, ctx)
+	root := t.TempDir()
+	dataDir, backup := filepath.Join(root, "data"), filepath.Join(root, "backup")
+	const log = "rs"
+	post := func(d *daemon, from, n int) string {
+		t.Helper()
+		var body bytes.Buffer
+		for i := from; i < from+n; i++ {
+			fmt.Fprintf(&body, `{"id":"e-%d","payload":{"i":%d}}`+"\n", i, i)
+		}
+		code, resp, err := d.postBody(ctx, log, "?wait=checkpoint", body.Bytes())
+		if err != nil || code != http.StatusOK {
+			t.Fatalf("POST: %d %v %.300s", code, err, resp)
+		}
+		return getCheckpoint(t, ctx, d, log)
+	}
+
+	d, err := startDaemon(ctx, bin, dataDir, 0)
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	defer d.kill()
+	oldNote := post(d, 0, 1500)
+	if err := d.stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cpA(t, dataDir, backup) // the backup
+	d, err = startDaemon(ctx, bin, dataDir, 1)
+	if err != nil {
+		t.Fatalf("start again: %v", err)
+	}
+	defer d.kill()
+	post(d, 1500, 500)
+	topNote := post(d, 2000, 700) // two more checkpoints, the last at 2,700
+	if err := d.stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	guards, _ := filepath.Glob(filepath.Join(state, "auditd", "guard", "*", log))
+	if len(guards) != 1 {
+		t.Errorf("guard copies %q; want one, under %s/auditd/guard/<key>/%s", guards, state, log)
+	} else if b, err := os.ReadFile(guards[0]); err != nil || string(b) != topNote {
+		t.Errorf("guard copy %s: %q, %v; want the last checkpoint served", guards[0], b, err)
+	}
+
+	// The whole data dir restored from the backup, checkpoint files and all.
+	restore := func(to string) {
+		t.Helper()
+		if err := os.RemoveAll(to); err != nil {
+			t.Fatal(err)
+		}
+		cpA(t, backup, to)
+	}
+	restore(dataDir)
+	refused := func(run int, dir string, extra ...string) {
+		t.Helper()
+		d, err := startDaemonArgs(ctx, bin, run, append([]string{"serve", "--data-dir", dir, "--listen", "127.0.0.1:0",
+			"--checkpoint-interval", "20ms", "--log-format", "text"}, extra...)...)
+		if err == nil {
+			defer d.kill()
+			t.Errorf("serve started on a data dir restored from before its last checkpoints (%s)", dir)
+			if cp := getCheckpoint(t, ctx, d, log); cp != oldNote {
+				t.Errorf("serves a checkpoint the backup does not hold:\n%s", cp)
+			}
+			return
+		}
+		<-d.exited
+		stderr := strings.Join(d.stderr.lines(), "\n")
+		for _, want := range []string{"refusing to open", "log " + log, "holds 1500 entries", "signed at size 2700", "guard copy " + filepath.Join(state, "auditd", "guard")} {
+			if !strings.Contains(stderr, want) {
+				t.Errorf("serve's refusal does not say %q:\n%s", want, stderr)
+			}
+		}
+		t.Logf("serve on %s refused: %s", dir, lastLine(stderr))
+	}
+	refused(2, dataDir)
+	// Restored to another path: the guard is the key's, not the path's.
+	elsewhere := filepath.Join(t.TempDir(), "restored")
+	restore(elsewhere)
+	refused(3, elsewhere)
+
+	// fsck on the restored copy says so, and so with the default guard.
+	code, out, stderr := runFsckBin(t, bin, "--data-dir", dataDir, "--json", "--quiet")
+	found := false
+	if code == 1 {
+		for _, f := range parseFsck(t, out).Findings {
+			if f.Check == "open" && f.Log == log && f.Kind == "rollback" && strings.Contains(f.Detail, "guard copy") {
+				found = true
+			}
+		}
+	}
+	if !found {
+		t.Errorf("fsck of the restored copy: exit %d, want 1 with a rollback of %s by its guard copy\n%s\n%s", code, log, out, stderr)
+	}
+	_, text, _ := runFsckBin(t, bin, "--data-dir", dataDir, "--quiet")
+	t.Logf("fsck of the restored copy:\n%s", text)
+
+	// Read-only as it is, on request: the old checkpoint served, no appends.
+	d, err = startDaemonArgs(ctx, bin, 4, "serve", "--data-dir", dataDir, "--listen", "127.0.0.1:0",
+		"--checkpoint-interval", "20ms", "--log-format", "text", "--rollback-read-only")
+	if err != nil {
+		t.Fatalf("start with --rollback-read-only: %v\n%s", err, strings.Join(d.stderr.lines(), "\n"))
+	}
+	defer d.kill()
+	if code, resp, err := d.postBody(ctx, log, "", []byte(`{"id":"after","payload":{}}`)); err != nil || code != http.StatusServiceUnavailable {
+		t.Errorf("POST to the restored log: %d %v %s; want 503 read_only", code, err, resp)
+	}
+	if cp := getCheckpoint(t, ctx, d, log); cp != oldNote {
+		t.Errorf("the read-only log serves\n%s\nwant the backup's checkpoint\n%s", cp, oldNote)
+	}
+	if err := d.stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(guards[0]); err != nil || string(b) != topNote {
+		t.Errorf("the guard copy changed: %q, %v", b, err)
+	}
+
+	// Without the guard only a witness can tell: serve starts.
+	d, err = startDaemonArgs(ctx, bin, 5, "serve", "--data-dir", elsewhere, "--listen", "127.0.0.1:0",
+		"--checkpoint-interval", "20ms", "--log-format", "text", "--checkpoint-guard-dir", "off")
+	if err != nil {
+		t.Fatalf("start with the guard off: %v\n%s", err, strings.Join(d.stderr.lines(), "\n"))
+	}
+	if err := d.stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// cpA copies the directory from to to as an operator would, with cp -a.
+func cpA(t *testing.T, from, to string) {
+	t.Helper()
+	if out, err := exec.Command("cp", "-a", from, to).CombinedOutput(); err != nil {
+		t.Fatalf("cp -a %s %s: %v\n%s", from, to, err, out)
+	}
 }

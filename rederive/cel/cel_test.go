@@ -266,10 +266,11 @@ func TestCELMeta(t *testing.T) {
 	}
 	a, _ := d.Export(states["acct"])
 	e8, _ := d.Export(states["e8"])
-	if want := []any{[]any{"payments.0", int64(7), "2025-01-02T02:04:05.000000006Z", "payments/0/70"}}; !reflect.DeepEqual(a, want) {
+	utc := ts.UTC()
+	if want := []any{[]any{"payments.0", int64(7), utc, "payments/0/70"}}; !reflect.DeepEqual(a, want) {
 		t.Errorf("acct: %v, want %v", a, want)
 	}
-	if want := []any{[]any{"payments-http", int64(8), "2025-01-02T02:04:05.000000006Z", ""}}; !reflect.DeepEqual(e8, want) {
+	if want := []any{[]any{"payments-http", int64(8), utc, ""}}; !reflect.DeepEqual(e8, want) {
 		t.Errorf("e8: %v, want %v", e8, want)
 	}
 }

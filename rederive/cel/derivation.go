@@ -259,10 +259,11 @@ func (d *celDerivation) Step(state fold.State, decoded any, ev *fold.Event, key 
 func errStep(err error) error { return fmt.Errorf("step: %w", err) }
 
 // Export renders a state as plain Go values: nil, bool, int64, uint64,
-// float64, string, json.Number, []byte, []any and map[string]any.
-// Decimals become a json.Number of their exact text ("1000.00"),
-// timestamps RFC 3339 strings in UTC with the fraction of a second
-// trimmed ("2026-01-01T09:30:00Z"), durations strings such as "1.5s",
+// float64, string, json.Number, time.Time, []byte, []any and
+// map[string]any. Decimals become a json.Number of their exact text
+// ("1000.00"), timestamps a time.Time in UTC (an instant, which package
+// compare compares as one; JSON encodes it in RFC 3339, fraction
+// trimmed: "2026-01-01T09:30:00Z"), durations strings such as "1.5s",
 // optional values their value or nil. Map keys that are not strings are
 // written in decimal (ints, uints) or as "true"/"false".
 //
@@ -318,7 +319,7 @@ func exportCELValue(v ref.Val, depth int) (any, error) {
 	case types.Bytes:
 		return slices.Clone([]byte(v)), nil
 	case types.Timestamp:
-		return formatTimestamp(v.Time), nil
+		return v.Time.UTC(), nil
 	case *celDecimal:
 		return json.Number(v.text()), nil
 	case types.Duration:

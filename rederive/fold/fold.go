@@ -61,8 +61,8 @@ type Derivation interface {
 	// Step applies one event to one key's state.
 	Step(state State, decoded any, ev *Event, key string) (State, error)
 	// Export renders a state as a JSON-like Go value (nil, bool, string,
-	// int64, float64, json.Number, []any, map[string]any) for comparison
-	// and reports.
+	// int64, float64, json.Number, []any, map[string]any, and time.Time
+	// for an instant) for comparison and reports.
 	Export(state State) (any, error)
 	// Encode and Decode persist a state exactly (types included), so an
 	// incremental fold resumes from the same state a full fold would hold.

@@ -17,6 +17,7 @@ import (
 	"github.com/auditd/auditd/merkle"
 	"github.com/auditd/auditd/rederive/compare"
 	"github.com/auditd/auditd/rederive/fold"
+	"github.com/auditd/auditd/rederive/store"
 )
 
 // memLog is a LogReader over records in memory.
@@ -351,5 +352,36 @@ func TestSpecFingerprintAllKeys(t *testing.T) {
 	s.StepAll = "1"
 	if Fingerprint(s) == fa {
 		t.Error("step_all did not change the fingerprint")
+	}
+}
+
+// TestSpecTimestampCompare checks that a timestamp state, exported as an
+// instant, equals the store's text of the same instant in any offset and
+// a timestamp column, and differs from another instant.
+func TestSpecTimestampCompare(t *testing.T) {
+	log := newMemLog("orders", []string{`{"id":"o1","at":"2026-01-01T23:30:00+14:00"}`})
+	_, d := compileOne(t, `derivations:
+  - name: last-order
+    sources: [orders]
+    key: event.id
+    initial: "null"
+    step: '{"at": timestamp(event.at), "day": timestamp(event.at).getDate(), "text": string(timestamp(event.at))}'
+    store: {file: {path: o.jsonl}}
+`)
+	r, err := fold.Fold(context.Background(), d, nil, []fold.Span{log.span()}, fold.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := exportAll(t, d, r)["o1"]
+	for _, at := range []any{"2026-01-01T09:30:00Z", "2026-01-01T10:30:00.000+01:00", "2026-01-01T23:30:00+14:00",
+		store.Text("2026-01-01T09:30:00Z"), time.Date(2026, 1, 1, 9, 30, 0, 0, time.UTC)} {
+		row := map[string]any{"at": at, "day": int64(1), "text": "2026-01-01T09:30:00Z"}
+		if diffs := compare.Equal(got, row, compare.Config{}); diffs != nil {
+			t.Errorf("stored at %#v: %v", at, diffs)
+		}
+	}
+	row := map[string]any{"at": "2026-01-01T23:30:00Z", "day": int64(1), "text": "2026-01-01T09:30:00Z"}
+	if diffs := compare.Equal(got, row, compare.Config{}); len(diffs) != 1 || diffs[0].Field != "at" {
+		t.Errorf("another instant: %v", diffs)
 	}
 }

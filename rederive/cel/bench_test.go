@@ -133,6 +133,40 @@ func BenchmarkCELSum(b *testing.B) {
 	}
 }
 
+// BenchmarkCELDecimalSum measures the sum by account of BenchmarkCELSum
+// with decimal states: the cost of exact decimals over ints.
+func BenchmarkCELDecimalSum(b *testing.B) {
+	evs := make([]*fold.Event, 2*benchAccounts)
+	for i := range evs {
+		p := fmt.Sprintf(`{"id":"e-%d","type":"payment","account":"acct-%06d","amount":"%d.%02d","currency":"EUR","memo":"%0120d"}`,
+			i, (i*7919)%benchAccounts, 1+(i*31)%99_999, i%100, i)
+		evs[i] = &fold.Event{Log: "payments", Index: uint64(i), ID: fmt.Sprint("e-", i), Time: time.Unix(1_700_000_000+int64(i), 0), Payload: []byte(p)}
+	}
+	d := benchDerivation(b, `
+derivations:
+  - name: balances
+    sources: [payments]
+    key: event.account
+    initial: 'decimal("0.00")'
+    step: state + decimal(event.amount)
+    store:
+      file: {path: balances.jsonl}
+`)
+	b.SetBytes(int64(len(evs[0].Payload)))
+	states := make(map[string]fold.State)
+	b.ReportAllocs()
+	i := 0
+	cpu := processCPU()
+	for b.Loop() {
+		ev := evs[i%len(evs)]
+		i++
+		if err := benchApply(d, states, ev); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
+}
+
 // processCPU returns the CPU time the process has used, in nanoseconds.
 func processCPU() int64 {
 	var ru syscall.Rusage

@@ -2,16 +2,21 @@ package main
 
 import (
 	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"golang.org/x/mod/sumdb/note"
+
+	"github.com/auditd/auditd/internal/durable"
 )
 
 // signingKey is a checkpoint key pair in signed-note form.
@@ -21,9 +26,18 @@ type signingKey struct {
 	vkey     string // verifier key text
 }
 
-// loadOrCreateKey reads the private key at path, or creates it (mode 0600,
-// verifier key beside it in path+".pub") if it does not exist.
+// loadOrCreateKey is openSigningKey logging to slog.Default(), for callers
+// that have no logger of their own.
 func loadOrCreateKey(path, name string) (*signingKey, bool, error) {
+	return openSigningKey(path, name, slog.Default())
+}
+
+// openSigningKey reads the private key at path, or creates it (mode 0600,
+// verifier key beside it in path+".pub") if it does not exist. It reports
+// whether it created the key. A path+".pub" that is missing, empty or not
+// the key's verifier key (a crash while it was written, an edit) is
+// rewritten from the private key, and logger says so.
+func openSigningKey(path, name string, logger *slog.Logger) (*signingKey, bool, error) {
 	b, err := os.ReadFile(path)
 	created := false
 	if errors.Is(err, fs.ErrNotExist) {
@@ -43,7 +57,36 @@ func loadOrCreateKey(path, name string) (*signingKey, bool, error) {
 	if err := checkOrigin(k, name); err != nil { // origin.go
 		return nil, false, fmt.Errorf("signing key %s: %w", path, err)
 	}
+	repairPubFile(path+".pub", k.vkey, logger)
 	return k, created, nil
+}
+
+// repairPubFile makes sure the file pub holds the verifier key vkey,
+// rewriting it durably when it is missing, empty or holds anything else,
+// and logging why. A failure is logged, not returned: the private key is
+// what signs, and a key in a read-only directory (a mounted secret) must
+// not stop a start.
+func repairPubFile(pub, vkey string, logger *slog.Logger) {
+	b, err := os.ReadFile(pub)
+	var why string
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		why = "missing"
+	case err != nil:
+		logger.Warn("cannot read the verifier key file to check it against the private key", "file", pub, "err", err)
+		return
+	case strings.TrimSpace(string(b)) == "":
+		why = "empty"
+	case strings.TrimSpace(string(b)) == vkey:
+		return
+	default:
+		why = "not the private key's verifier key"
+	}
+	if err := durable.WriteFile(pub, []byte(vkey+"\n"), publicMode(filepath.Dir(pub))); err != nil {
+		logger.Warn("cannot rewrite the verifier key file from the private key", "file", pub, "reason", why, "err", err)
+		return
+	}
+	logger.Warn("rewrote the verifier key file from the private key", "file", pub, "reason", why, "verifier_key", vkey)
 }
 
 func writeNewKey(path, name string) error {
@@ -124,26 +167,61 @@ func runKeygen(args []string) error {
 	return nil
 }
 
-// writeKeyFiles writes a new key file at path (0600, refusing to replace
-// one) holding skey, synced, and path.pub holding vkey.
+// writeKeyFiles writes a new key file at path (0600) holding skey, then
+// path.pub (0644) holding vkey, each durably: written under a temporary
+// name, synced, moved into place and the directory synced, so that after a
+// crash a file is whole or absent, never empty. The key file is moved into
+// place with a hard link, which fails (fs.ErrExist) if path exists: a
+// signing key is never replaced. A crash between the two files leaves no
+// .pub; openSigningKey writes it at the next start.
 func writeKeyFiles(path, skey, vkey string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	dir := filepath.Dir(path)
+	if err := durable.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	// A name of our own (durable.IsTemp's form), for the synced key.
+	f, err := os.CreateTemp(dir, ".tmp-"+filepath.Base(path)+"-*")
 	if err != nil {
 		return err
 	}
-	if _, err := f.WriteString(skey + "\n"); err != nil {
-		f.Close()
+	tmp := f.Name()
+	f.Close()
+	if err := durable.WriteFile(tmp, []byte(skey+"\n"), 0o600); err != nil {
+		os.Remove(tmp)
 		return err
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
+	err = os.Link(tmp, path)
+	if rerr := os.Remove(tmp); err == nil && rerr != nil {
+		err = rerr
+	}
+	if err != nil {
 		return err
 	}
-	if err := f.Close(); err != nil {
+	if err := durable.SyncDir(dir); err != nil {
 		return err
 	}
-	return os.WriteFile(path+".pub", []byte(vkey+"\n"), 0o644)
+	return durable.WriteFile(path+".pub", []byte(vkey+"\n"), publicMode(dir))
+}
+
+// publicMode is the mode os.WriteFile(name, data, 0o644) gives a new file
+// in dir: 0644 less the process's umask. durable.WriteFile sets the mode
+// it is given as it is, and serve runs under umask 077 so that no file in
+// the data dir is readable by others, the .pub included. Go cannot read
+// the umask without changing it (for every goroutine), so publicMode
+// creates an empty file and looks; 0600 if it cannot.
+func publicMode(dir string) fs.FileMode {
+	var b [8]byte
+	rand.Read(b[:])
+	probe := filepath.Join(dir, ".tmp-mode-"+hex.EncodeToString(b[:])) // durable.IsTemp
+	f, err := os.OpenFile(probe, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return 0o600
+	}
+	defer os.Remove(probe)
+	fi, err := f.Stat()
+	f.Close()
+	if err != nil {
+		return 0o600
+	}
+	return fi.Mode().Perm()
 }

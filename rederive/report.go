@@ -24,6 +24,7 @@ const (
 	ErrKindDerivation   = "derivation"   // derivation errors beyond the budget
 	ErrKindVerification = "verification" // the ledger did not check out against its checkpoints
 	ErrKindLedger       = "ledger"       // the ledger could not be read, or no log matches
+	ErrKindConfig       = "config"       // the spec does not fit the store: a column of the wrong type, an unknown setting
 )
 
 // Limits of one report.

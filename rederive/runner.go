@@ -129,6 +129,11 @@ func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
 		return fail(&runFailure{ErrKindStore, err})
 	}
 	defer st.Close()
+	// The store first: one that is down, or a query or file that does not
+	// fit, is reported in milliseconds, not after the whole fold.
+	if err := st.Check(ctx); err != nil {
+		return fail(&runFailure{ErrKindStore, err})
+	}
 	spans, hasMarks, f := r.spans(ctx, rep, st, cps)
 	if f != nil {
 		return fail(f)
@@ -353,6 +358,11 @@ func (r *Runner) compare(ctx context.Context, rep *Report, st store.Store, sp *s
 		drifts = append(drifts, dr)
 		return nil
 	})
+	if errors.Is(err, compare.ErrConfig) {
+		// A column of the wrong type (cents as text): every row would
+		// differ, and none of it is the store's data being wrong.
+		return nil, &runFailure{ErrKindConfig, err}
+	}
 	if err != nil {
 		return nil, &runFailure{ErrKindStore, err}
 	}

@@ -209,3 +209,68 @@ func TestRunnerGraceCountsFromLedgered(t *testing.T) {
 		})
 	}
 }
+
+// TestRunnerChecksStoreFirst: a store that is down, or whose table does not
+// exist, is reported before the fold reads a single event (the fold of a
+// large ledger took seconds before "store down" was said).
+func TestRunnerChecksStoreFirst(t *testing.T) {
+	t.Parallel()
+	lg := newRTLedger(t)
+	lg.append(t, "payments", rtTransfers(6, 2100, 30, "acct-"))
+	for _, tt := range []struct {
+		name  string
+		store store.Config
+	}{
+		{"postgres down", store.Config{Postgres: &store.PostgresConfig{DSN: "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=5", Table: "balances"}}},
+		{"no such table", store.Config{Postgres: &store.PostgresConfig{DSN: storetest.PostgresDSN(), Table: "no_such_table_for_auditd"}}},
+		{"redis down", store.Config{Redis: &store.RedisConfig{Addr: "127.0.0.1:1", Pattern: "balance:*", Prefix: "balance:"}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			rep := rtRun(t, lg.runner(nil), rtJob(t, rtSpec("balances", tt.store)), false)
+			if rep.State != StateError || rep.ErrorKind != ErrKindStore {
+				t.Fatalf("state %s, kind %s (%s); want a store error", rep.State, rep.ErrorKind, rep.Error)
+			}
+			if rep.Events != 0 {
+				t.Errorf("%d events folded before the store was found unusable", rep.Events)
+			}
+		})
+	}
+}
+
+// TestRunnerSchemaMismatchIsConfigError: cents kept as text in a table the
+// derivation expects numbers from is one configuration error naming the
+// column (exit 2), not 2,000 confirmed drifts; with the right column type
+// the same values are clean and a wrong one is one drift.
+func TestRunnerSchemaMismatchIsConfigError(t *testing.T) {
+	t.Parallel()
+	lg := newRTLedger(t)
+	evs := rtTransfers(12, 2100, 2000, "acct-")
+	lg.append(t, "payments", evs)
+	balances := rtBalances(evs, nil)
+	conn := storetest.PostgresConn(t)
+	table := storetest.PostgresTable(t, conn, "key text, cents text")
+	var b strings.Builder
+	for k, v := range balances {
+		fmt.Fprintf(&b, "('%s', '%d'),", k, v)
+	}
+	storetest.Exec(t, conn, "INSERT INTO "+table+" VALUES "+strings.TrimSuffix(b.String(), ","))
+	cfg := store.Config{Postgres: &store.PostgresConfig{DSN: storetest.PostgresDSN(), Table: strings.Trim(table, `"`)}}
+	rep := rtRun(t, lg.runner(nil), rtJob(t, rtSpec("balances", cfg)), false)
+	if rep.State != StateError || rep.ErrorKind != ErrKindConfig || !strings.Contains(rep.Error, "cents") {
+		t.Fatalf("state %s, kind %s, error %q; want a config error naming the column cents", rep.State, rep.ErrorKind, rep.Error)
+	}
+	if rep.Confirmed != 0 || len(rep.Drift) != 0 {
+		t.Errorf("%d drifts reported for a schema mismatch", len(rep.Drift))
+	}
+	storetest.Exec(t, conn, "ALTER TABLE "+table+" ALTER COLUMN cents TYPE bigint USING cents::bigint")
+	rep = rtRun(t, lg.runner(nil), rtJob(t, rtSpec("balances", cfg)), false)
+	if rep.State != StateClean {
+		t.Errorf("with a bigint column: state %s (%s), want clean", rep.State, rep.Error)
+	}
+	storetest.Exec(t, conn, "UPDATE "+table+" SET cents = cents + 1 WHERE key = 'acct-7'")
+	rep = rtRun(t, lg.runner(nil), rtJob(t, rtSpec("balances", cfg)), false)
+	if rep.State != StateDrift || rep.Confirmed != 1 {
+		t.Errorf("one wrong row: state %s, confirmed %d; want one drift", rep.State, rep.Confirmed)
+	}
+}

@@ -349,7 +349,7 @@ func checkCosignature(signed, resp []byte, v note.Verifier) ([]byte, error) {
 		if line == "" || !strings.HasSuffix(line, "\n") {
 			continue
 		}
-		n, err := note.Open(append(append([]byte(nil), signed...), line...), note.VerifierList(v))
+		n, err := merkle.OpenNote(append(append([]byte(nil), signed...), line...), note.VerifierList(v))
 		if err == nil && len(n.Sigs) == 1 {
 			out = append(out, line...)
 		}

@@ -9,18 +9,6 @@ import (
 	"github.com/auditd/auditd/merkle"
 )
 
-func (l *Log) latestStoredCheckpoint() (*SignedCheckpoint, error) {
-	it, err := l.s.db.NewIter(&pebble.IterOptions{LowerBound: checkpointKey(l.id, 0), UpperBound: logKey(kindCheckpoint, l.id+1, 0)})
-	if err != nil {
-		return nil, err
-	}
-	defer it.Close()
-	if !it.Last() {
-		return nil, it.Error()
-	}
-	return l.parseCheckpoint(it.Value())
-}
-
 func (l *Log) parseCheckpoint(note []byte) (*SignedCheckpoint, error) {
 	c, err := merkle.OpenCheckpoint(note, l.s.verifier, l.Origin())
 	if err != nil {
@@ -148,8 +136,9 @@ func (l *Log) sign() {
 }
 
 // keep stores a signed checkpoint in Pebble and writes it to the log's
-// checkpoint file. The file is written durably: it is what a published
-// checkpoint must never be ahead of. The Pebble write is not synced: the
+// checkpoint file and guard copy (both at once, see
+// checkpointFiles.write). The files are written durably: they are what a
+// published checkpoint must never be ahead of. The Pebble write is not synced: the
 // writer's next commit syncs the WAL that holds it, and a crash before
 // that loses nothing the file does not hold, since the entries it covers
 // were durable before it was signed. Open repairs either copy from the

@@ -138,14 +138,13 @@ func (l *Log) sign() {
 // keep stores a signed checkpoint in Pebble and writes it to the log's
 // checkpoint file and guard copy (both at once, see
 // checkpointFiles.write). The files are written durably: they are what a
-// published checkpoint must never be ahead of. The Pebble write is not synced: the
-// writer's next commit syncs the WAL that holds it, and a crash before
-// that loses nothing the file does not hold, since the entries it covers
-// were durable before it was signed. Open repairs either copy from the
-// other (admit): a file newer than the stored history is stored again, a
-// stored checkpoint newer than the file (from before this, when both were
-// synced at once) is written to the file, each before it is published.
-// Not waiting for a WAL sync behind the writer's commits takes a commit's
+// published checkpoint must never be ahead of. The Pebble write is not
+// synced: the writer's next commit syncs the WAL that holds it, and a
+// crash before that loses nothing the files do not hold, since the
+// entries it covers were durable before it was signed. Open repairs each
+// copy from the others (admit): a file newer than the stored history is
+// stored again, a stored checkpoint or a file newer than another file is
+// written to it, each before it is published. Not waiting for a WAL sync behind the writer's commits takes a commit's
 // time off every checkpoint's latency.
 func (l *Log) keep(size uint64, note []byte) error {
 	fileErr := make(chan error, 1)

@@ -25,11 +25,13 @@ var DecimalType = types.NewObjectType("decimal",
 	traits.AdderType, traits.SubtractorType, traits.MultiplierType,
 	traits.NegatorType, traits.ComparerType)
 
-// Limits of a decimal: a result with more significant digits, or an
-// exponent beyond them, is an error rather than a rounded value.
+// Limits of a decimal: at most decimalMaxDigits significant digits, and
+// as many before the point and after it, so that its plain text (string())
+// reads back as the same decimal. A result beyond them is an error rather
+// than a rounded value.
 const (
 	decimalMaxDigits   = 1000
-	decimalMaxExponent = 1000
+	decimalMaxExponent = 1000 // apd's limit on the adjusted exponent
 )
 
 // decimalCtx does + - * exactly: a result that would need rounding (more
@@ -69,16 +71,20 @@ func newDecimal(d *apd.Decimal) (*celDecimal, error) {
 	if d.Form != apd.Finite {
 		return nil, errors.New("decimal: not a finite number")
 	}
-	if d.NumDigits() > decimalMaxDigits {
-		return nil, fmt.Errorf("decimal: more than %d digits", decimalMaxDigits)
-	}
-	if e := int64(d.Exponent); e > decimalMaxExponent || e < -decimalMaxExponent {
-		return nil, fmt.Errorf("decimal: exponent %d beyond ±%d", e, decimalMaxExponent)
-	}
 	v := &celDecimal{}
 	v.d.Set(d)
 	if v.d.IsZero() {
 		v.d.Negative = false
+		v.d.Exponent = min(v.d.Exponent, 0) // 0E+3 is 0
+	}
+	nd, e := v.d.NumDigits(), int64(v.d.Exponent)
+	switch {
+	case nd > decimalMaxDigits:
+		return nil, fmt.Errorf("decimal: more than %d significant digits", decimalMaxDigits)
+	case nd+e > decimalMaxDigits:
+		return nil, fmt.Errorf("decimal: more than %d digits before the point", decimalMaxDigits)
+	case -e > decimalMaxDigits:
+		return nil, fmt.Errorf("decimal: more than %d digits after the point", decimalMaxDigits)
 	}
 	return v, nil
 }
@@ -165,11 +171,13 @@ func decimalComparand(v ref.Val) (*celDecimal, bool) {
 // decimalResult wraps the outcome of an exact operation.
 func decimalResult(d *apd.Decimal, cond apd.Condition, err error) ref.Val {
 	if err != nil {
-		if cond.Overflow() || cond.Underflow() || cond.Subnormal() {
-			return types.NewErr("decimal: result's exponent beyond ±%d", decimalMaxExponent)
-		}
-		if cond.Inexact() {
-			return types.NewErr("decimal: result has more than %d digits", decimalMaxDigits)
+		switch {
+		case cond.Overflow():
+			return types.NewErr("decimal: result has more than %d digits before the point", decimalMaxDigits)
+		case cond.Underflow() || cond.Subnormal():
+			return types.NewErr("decimal: result has more than %d digits after the point", decimalMaxDigits)
+		case cond.Inexact():
+			return types.NewErr("decimal: result has more than %d significant digits", decimalMaxDigits)
 		}
 		return types.NewErr("decimal: %v", err)
 	}
@@ -250,8 +258,8 @@ func (v *celDecimal) round(places ref.Val, mode apd.Rounder) ref.Val {
 	if !ok {
 		return types.MaybeNoSuchOverloadErr(places)
 	}
-	if p > decimalMaxExponent || p < -decimalMaxExponent {
-		return types.NewErr("decimal: round to %d places, beyond ±%d", int64(p), decimalMaxExponent)
+	if p > decimalMaxDigits || p < -decimalMaxDigits {
+		return types.NewErr("decimal: round to %d places, beyond ±%d", int64(p), decimalMaxDigits)
 	}
 	ctx := decimalRoundCtx
 	ctx.Rounding = mode

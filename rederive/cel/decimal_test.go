@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
 )
 
@@ -191,9 +192,14 @@ func TestDecimalErrors(t *testing.T) {
 		{`decimal(" 1")`, "invalid text"},
 		{`decimal("")`, "invalid text"},
 		{`decimal(1.0/0.0)`, "not a finite number"},
-		{`decimal("1e2000")`, "exponent"},
-		{`decimal("1` + strings.Repeat("0", 1000) + `")`, "digits"},
-		{`decimal("1e999") * decimal("1e999")`, "exponent"},
+		{`decimal("1e2000")`, "digits before the point"},
+		{`decimal("1e1000")`, "digits before the point"},
+		{`decimal("1e-1001")`, "digits after the point"},
+		{`decimal("1` + strings.Repeat("0", 1000) + `")`, "significant digits"},
+		{`decimal("0.` + strings.Repeat("1", 1001) + `")`, "significant digits"},
+		{`decimal("1e999") * decimal("1e999")`, "digits before the point"},
+		{`decimal("1e-999") * decimal("1e-999")`, "digits after the point"},
+		{`decimal("1e999") * 10`, "digits before the point"},
 		{`int(decimal("1e30"))`, "range of an int"},
 		{`decimal("1").round(5000)`, "round"},
 		// Type errors are compile errors where the types are known.
@@ -258,4 +264,27 @@ func TestDecimalState(t *testing.T) {
 			t.Errorf("Decode(%q): no error", b)
 		}
 	}
+}
+
+// FuzzDecimalParse checks that decimal() of any text never panics, and
+// that an accepted decimal's saved text reads back as the same decimal,
+// scale included, and compares equal to its plain text's decimal.
+func FuzzDecimalParse(f *testing.F) {
+	for _, s := range []string{"0.10", "-0.00", "1e3", "1E+3", "19.99", ".5", "5.", "+1", "1e-1000", "1e1001", "NaN", "Inf", "1_0", "--1", "0x10"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, err := parseDecimal(s)
+		if err != nil {
+			return
+		}
+		back, err := parseDecimal(d.d.String())
+		if err != nil || back.d.String() != d.d.String() {
+			t.Fatalf("%q: saved as %q, read back as %v (%v)", s, d.d.String(), back, err)
+		}
+		plain, err := parseDecimal(d.text())
+		if err != nil || plain.Equal(d) != types.True {
+			t.Fatalf("%q: plain text %q reads as %v (%v)", s, d.text(), plain, err)
+		}
+	})
 }

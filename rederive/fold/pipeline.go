@@ -215,14 +215,16 @@ func (p *pipeline) prepare(ctx context.Context, j job) (*batch, error) {
 			return nil
 		}
 		used := false
-		if ak, ok := dec.(AllKeys); ok && len(keys) == 0 {
-			for sh := range b.steps {
-				if b.steps[sh] == nil {
-					b.steps[sh] = make([]step, 0, stepsCap)
+		if len(keys) == 0 {
+			if ak, ok := dec.(AllKeys); ok {
+				for sh := range b.steps {
+					if b.steps[sh] == nil {
+						b.steps[sh] = make([]step, 0, stepsCap)
+					}
+					b.steps[sh] = append(b.steps[sh], step{dec: ak, e: e, pos: allKeysPos})
 				}
-				b.steps[sh] = append(b.steps[sh], step{dec: ak, e: e, pos: allKeysPos})
+				used = true
 			}
-			used = true
 		}
 		for pos, k := range keys {
 			if p.want != nil && !p.want(k) {

@@ -159,11 +159,11 @@ func (c checkpointFiles) list(s *Store) (map[string]bool, error) {
 	names := map[string]bool{}
 	for _, d := range c.dirs() {
 		if err := durable.MkdirAll(d.dir, 0o700); err != nil {
-			return nil, fmt.Errorf("ledger: directory of the %ss %s: %w", d.what, d.dir, err)
+			return nil, fmt.Errorf("ledger: %s directory %s: %w", d.what, d.dir, err)
 		}
 		removed, err := durable.RemoveTemp(d.dir)
 		if err != nil {
-			return nil, fmt.Errorf("ledger: directory of the %ss %s: %w", d.what, d.dir, err)
+			return nil, fmt.Errorf("ledger: %s directory %s: %w", d.what, d.dir, err)
 		}
 		if len(removed) > 0 {
 			s.log.Info("removed temporary checkpoint files left by a crash", "dir", d.dir, "files", removed)

@@ -85,7 +85,7 @@ func TestStatusAndAlertsCommands(t *testing.T) {
 	for _, re := range []string{
 		`(?m)^payments\s+5\s+5\s+-\s+ok$`,
 		`(?m)^empty-1000\s+0\s+0\s+-\s+ok$`,
-		`(?m)^balances\s+postgres\s+drift( \(running\))?\s+\S+ ago\s+1\s+0$`,
+		`(?m)^balances\s+postgres\s+drift( \(running\))?\s+\S+ ago\s+1\s+0\s+0$`, // confirmed, pending, skipped
 		`(?m)^scrub\s+\S+`,
 		`(?m)^drift/balances\s+drift\s+-\s+\S+ ago\s+.*balances`,
 	} {

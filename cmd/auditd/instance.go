@@ -124,7 +124,7 @@ func (d *instance) openLedger() error {
 	if err := ensureDataDir(cfg.DataDir, logger); err != nil {
 		return err
 	}
-	key, created, err := loadOrCreateKey(cfg.KeyFile, cfg.Origin)
+	key, created, err := openSigningKey(cfg.KeyFile, cfg.Origin, logger)
 	if err != nil {
 		return err
 	}

@@ -285,7 +285,7 @@ func (c *InvariantCheck) Run(ctx context.Context, p Progress) error {
 		var exportErr error
 		states := func(yield func(string, any) bool) {
 			for _, k := range keys {
-				v, err := t.Derivation.Export(res.States[k])
+				v, err := fold.Export(t.Derivation, k, res.States[k])
 				if err != nil {
 					exportErr = fmt.Errorf("invariants: %s: export key %q: %w", name, k, err)
 					return

@@ -347,7 +347,7 @@ func (r *Runner) fold(ctx context.Context, rep *Report, d fold.Derivation, spans
 func (r *Runner) compare(ctx context.Context, rep *Report, st store.Store, sp *spec.Spec, d fold.Derivation, res *fold.Result) ([]compare.Drift, *runFailure) {
 	expected := make(map[string]any, len(res.States))
 	for k, s := range res.States {
-		v, err := d.Export(s)
+		v, err := fold.Export(d, k, s)
 		if err != nil {
 			return nil, &runFailure{ErrKindDerivation, fmt.Errorf("export the state of key %q: %w", k, err)}
 		}

@@ -115,7 +115,7 @@ func (sp splitParts) fold(spec *rspec.Spec, d fold.Derivation, memProfile string
 	expected := make(map[string]any, len(fr.States))
 	_, err = sp.part("export", "export the states (as Runner.Run does)", "keys", func() (float64, error) {
 		for k, s := range fr.States {
-			v, err := d.Export(s)
+			v, err := fold.Export(d, k, s)
 			if err != nil {
 				return 0, err
 			}

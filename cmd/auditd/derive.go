@@ -55,6 +55,9 @@ func startDerivations(ctx context.Context, store *ledger.Store, cfg Config, aler
 	if err != nil {
 		return nil, nil, err
 	}
+	for _, w := range spec.Warnings(specs) {
+		logger.Warn("derivation spec", "warning", w.String())
+	}
 	var jobs []rederive.Job
 	for _, s := range specs {
 		d, err := spec.Compile(s)

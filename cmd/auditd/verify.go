@@ -169,6 +169,9 @@ func verifyJobs(config, only string) ([]rederive.Job, error) {
 	if err != nil {
 		return nil, err
 	}
+	for _, w := range spec.Warnings(specs) {
+		fmt.Fprintf(os.Stderr, "auditd verify: warning: %s\n", w)
+	}
 	var jobs []rederive.Job
 	want := map[string]bool{}
 	for _, n := range strings.Split(only, ",") {

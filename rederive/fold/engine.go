@@ -70,8 +70,9 @@ type Result struct {
 	// that made it), Applied the (entry, key) steps applied.
 	Events  uint64
 	Applied uint64
-	// ErrorCount counts derivation errors; Errors holds the first 100 of
-	// them in (log, index) order.
+	// ErrorCount counts the events that met a derivation error (an event
+	// that failed for several keys counts once); Errors holds the first 100
+	// errors in (log, index) order.
 	ErrorCount int
 	Errors     []EventError
 }
@@ -268,11 +269,32 @@ type fold struct {
 	budget   int
 	cancel   context.CancelCauseFunc
 	errCount atomic.Int64
+	// failed holds the events counted in errCount, so that an event
+	// failing for several keys (or in several shards) counts once.
+	failed sync.Map // eventPos -> struct{}
+	nFailed atomic.Int64
 }
 
-// counted counts a derivation error against the budget, cancelling the
-// fold when the budget is exceeded.
+// eventPos names an event: its log and index.
+type eventPos struct {
+	log   string
+	index uint64
+}
+
+// maxFailedTracked bounds the events remembered for counting each failed
+// event once; past it (an unlimited budget) each error counts.
+const maxFailedTracked = 1 << 20
+
+// counted counts a derivation error's event against the budget (once,
+// however many of its keys failed), cancelling the fold when the budget is
+// exceeded.
 func (f *fold) counted(e foldError) {
+	if f.nFailed.Load() < maxFailedTracked {
+		if _, seen := f.failed.LoadOrStore(eventPos{e.Log, e.Index}, struct{}{}); seen {
+			return
+		}
+		f.nFailed.Add(1)
+	}
 	n := f.errCount.Add(1)
 	if f.budget >= 0 && n > int64(f.budget) {
 		f.cancel(fmt.Errorf("rederive: %s: %w: more than %d derivation errors, the last at %s entry %d: %s",

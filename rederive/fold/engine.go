@@ -271,7 +271,7 @@ type fold struct {
 	errCount atomic.Int64
 	// failed holds the events counted in errCount, so that an event
 	// failing for several keys (or in several shards) counts once.
-	failed sync.Map // eventPos -> struct{}
+	failed  sync.Map // eventPos -> struct{}
 	nFailed atomic.Int64
 }
 

@@ -146,11 +146,26 @@ func TestPostNDJSON(t *testing.T) {
 			derived, sum([]byte("[1,2,3]")), leaf(derived, []byte{0xff}, true, "2024-05-01T10:00:02Z", []byte("[1,2,3]")), h[2]),
 	}
 	ids := []string{"ev-1", "ev-2", derived}
+	// A single entry also says when it was ledgered (not committed by the
+	// tree: compared apart).
+	ledgered := regexp.MustCompile(`,"ledgered_at":"([^"]+)"`)
+	single := func(what string, body []byte) []byte {
+		t.Helper()
+		m := ledgered.FindSubmatch(body)
+		if m == nil {
+			t.Errorf("%s: no ledgered_at in %s", what, body)
+			return body
+		}
+		if at, err := time.Parse(time.RFC3339Nano, string(m[1])); err != nil || time.Since(at) > time.Hour || time.Since(at) < 0 {
+			t.Errorf("%s: ledgered_at %s, want a moment ago", what, m[1])
+		}
+		return ledgered.ReplaceAll(body, nil)
+	}
 	for i, want := range wantEntries {
 		r := env.getJSON(fmt.Sprintf("/v1/logs/orders/entries/%d", i), nil)
-		wantBody(t, fmt.Sprintf("GET entries/%d", i), r.body, want)
+		wantBody(t, fmt.Sprintf("GET entries/%d", i), single("GET entries", r.body), want)
 		r = env.getJSON("/v1/logs/orders/entries?id="+url.QueryEscape(ids[i]), nil)
-		wantBody(t, fmt.Sprintf("GET entries?id=%s", ids[i]), r.body, want)
+		wantBody(t, fmt.Sprintf("GET entries?id=%s", ids[i]), single("GET entries?id", r.body), want)
 		var e entryJSON
 		if err := json.Unmarshal(r.body, &e); err != nil {
 			t.Fatal(err)

@@ -156,14 +156,14 @@ type Entry struct {
 	Payload       json.RawMessage `json:"payload,omitempty"`
 	PayloadBase64 *string         `json:"payload_base64,omitempty"`
 	PayloadPruned bool            `json:"payload_pruned,omitempty"`
+	PayloadSHA256 string          `json:"payload_sha256"`
+	Leaf          string          `json:"leaf"`
+	LeafHash      merkle.Hash     `json:"leaf_hash"`
 	// LedgeredAt is when the server ledgered the entry (GET of one entry
 	// only, and only where the server recorded it). The tree does not
 	// commit to it: it says when, not what, and a drift check's grace
 	// period counts from it.
-	LedgeredAt    *time.Time  `json:"ledgered_at,omitempty"`
-	PayloadSHA256 string      `json:"payload_sha256"`
-	Leaf          string      `json:"leaf"`
-	LeafHash      merkle.Hash `json:"leaf_hash"`
+	LedgeredAt *time.Time `json:"ledgered_at,omitempty"`
 }
 
 // Entry fetches the entry at index.

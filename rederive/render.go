@@ -49,6 +49,9 @@ func WriteTable(w io.Writer, reports []*Report) error {
 			fmt.Fprintf(w, "  %-9s %-8s %s: %s\n", d.Status, d.Kind, d.Key, describe(d))
 			for _, e := range d.Lineage {
 				fmt.Fprintf(w, "            from %s#%d id %q leaf %s (proof in tree of size %d)\n", e.Log, e.Index, e.ID, e.LeafHash, e.TreeSize)
+				if e.Why != "" {
+					fmt.Fprintf(w, "              ^ %s\n", e.Why)
+				}
 			}
 		}
 	}

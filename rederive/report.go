@@ -91,6 +91,11 @@ type Evidence struct {
 	fold.EventRef
 	TreeSize uint64        `json:"tree_size"`
 	Proof    []merkle.Hash `json:"inclusion_proof"`
+	// Why is set on an entry named for what it explains: its contribution
+	// is the difference (or its opposite), or it is the key's first entry
+	// since the key last agreed with the store. The others are the key's
+	// last entries.
+	Why string `json:"why,omitempty"`
 }
 
 // LatestReport returns the saved report of a derivation's latest run.

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/big"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -96,6 +98,10 @@ func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
 	now, logger := r.now, r.logger
 	sp, d := job.Spec, job.Derivation
 	start := time.Now()
+	var prev *Report // the run before this one, for where drifted keys last agreed
+	if r.bucket != nil {
+		prev, _ = LatestReport(r.bucket, d.Name())
+	}
 	rep := &Report{Derivation: d.Name(), Mode: "full", StartedAt: now().UTC(), Drift: []DriftReport{}}
 	fail := func(f *runFailure) (*Report, error) {
 		if ctx.Err() != nil {
@@ -173,7 +179,7 @@ func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
 	if len(rep.Ahead) > 0 && len(rep.Drift) > 0 {
 		rep.Waiting = "drift judged once a signed checkpoint covers the store's watermark: " + strings.Join(rep.Ahead, "; ")
 	}
-	if err := r.attachLineage(ctx, rep, sp, d, fullSpans, cps, opts); err != nil {
+	if err := r.attachLineage(ctx, rep, prev, sp, d, fullSpans, cps, opts); err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -528,9 +534,10 @@ func (r *Runner) classify(rep *Report, sp *spec.Spec, res *fold.Result, drifts [
 }
 
 // attachLineage collects, for the reported drifted keys, the last entries
-// that produced their expected values, each with its inclusion proof in
-// the signed checkpoint (of cps) its span was read under.
-func (r *Runner) attachLineage(ctx context.Context, rep *Report, sp *spec.Spec, d fold.Derivation, spans []fold.Span, cps []fold.Pin, opts fold.Options) error {
+// that produced their expected values, and the entries that can explain
+// the difference (see suspects), each with its inclusion proof in the
+// signed checkpoint (of cps) its span was read under.
+func (r *Runner) attachLineage(ctx context.Context, rep, prev *Report, sp *spec.Spec, d fold.Derivation, spans []fold.Span, cps []fold.Pin, opts fold.Options) error {
 	n := sp.Lineage
 	if n <= 0 || len(rep.Drift) == 0 {
 		return nil
@@ -549,7 +556,7 @@ func (r *Runner) attachLineage(ctx context.Context, rep *Report, sp *spec.Spec, 
 		return nil
 	}
 	opts.Progress = nil
-	lin, err := fold.Lineage(ctx, d, spans, keys, n, opts)
+	lin, err := fold.Explain(ctx, d, spans, keys, n, suspects(rep, prev), opts)
 	if err != nil {
 		return err
 	}
@@ -559,7 +566,20 @@ func (r *Runner) attachLineage(ctx context.Context, rep *Report, sp *spec.Spec, 
 	}
 	for i := range rep.Drift {
 		dr := &rep.Drift[i]
-		for _, ref := range lin[dr.Key] {
+		tr := lin[dr.Key]
+		why := map[fold.EventRef]string{}
+		var extra []fold.EventRef // suspects older than the last n
+		for _, s := range tr.Suspects {
+			if _, dup := why[s.EventRef]; dup {
+				why[s.EventRef] += "; " + s.Why
+				continue
+			}
+			why[s.EventRef] = s.Why
+			if !slices.Contains(tr.Last, s.EventRef) {
+				extra = append(extra, s.EventRef)
+			}
+		}
+		for _, ref := range slices.Concat(extra, tr.Last) {
 			// Prove against the signed checkpoint the span was read under,
 			// also when the store's watermark pinned the span below it: a
 			// root computed at the watermark is signed by no one, and a
@@ -569,10 +589,46 @@ func (r *Runner) attachLineage(ctx context.Context, rep *Report, sp *spec.Spec, 
 			if err != nil {
 				return err
 			}
-			dr.Lineage = append(dr.Lineage, Evidence{EventRef: ref, TreeSize: proveAt.Size, Proof: proof})
+			dr.Lineage = append(dr.Lineage, Evidence{EventRef: ref, TreeSize: proveAt.Size, Proof: proof, Why: why[ref]})
 		}
 	}
 	return nil
+}
+
+// suspects is what lineage looks for in the drifted keys' histories: for
+// a mismatch of two numbers, the entries whose contribution is the
+// difference (or its opposite: applied twice, or missed); for a key that
+// agreed with the store in the previous run (it drifts for the first time,
+// and that run judged the store), its first entry since that run's pins.
+func suspects(rep, prev *Report) fold.Suspects {
+	s := fold.Suspects{Diff: map[string]*big.Rat{}, Since: map[string]map[string]uint64{}}
+	var since map[string]uint64
+	if prev != nil && prev.State != StateError && len(prev.Pins) > 0 {
+		since = map[string]uint64{}
+		for _, p := range prev.Pins {
+			since[p.Log] = p.Size
+		}
+	}
+	for _, dr := range rep.Drift {
+		if since != nil && dr.Runs == 1 {
+			s.Since[dr.Key] = since
+		}
+		if dr.Kind != compare.DriftMismatch {
+			continue
+		}
+		if _, text := dr.Expected.(string); text {
+			continue // a string state is not a number, whatever it reads
+		}
+		if _, text := dr.Actual.(string); text {
+			continue
+		}
+		exp, ok1 := fold.Number(dr.Expected)
+		act, ok2 := fold.Number(dr.Actual)
+		if ok1 && ok2 {
+			s.Diff[dr.Key] = act.Sub(act, exp)
+		}
+	}
+	return s
 }
 
 // graceWindow returns whether an event is within the grace period: ledgered

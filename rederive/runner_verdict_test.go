@@ -274,3 +274,71 @@ func TestRunnerSchemaMismatchIsConfigError(t *testing.T) {
 		t.Errorf("one wrong row: state %s, confirmed %d; want one drift", rep.State, rep.Confirmed)
 	}
 }
+
+// TestRunnerLineageNamesCulprit: the lineage of a drifted balance names the
+// entry whose contribution explains the difference, even when it is far
+// older than the key's last five entries: one the store applied twice, one
+// it missed. A key that agreed in the previous run also gets its first
+// entry since that run.
+func TestRunnerLineageNamesCulprit(t *testing.T) {
+	t.Parallel()
+	lg := newRTLedger(t)
+	evs := rtTransfers(41, 1500, 10, "acct-") // ~300 entries a key
+	evs[100].Amount, evs[200].Amount = 100003, 200003
+	evs[200].From, evs[200].To = "acct-8", "acct-9"
+	if evs[100].From == "acct-8" || evs[100].From == "acct-9" || evs[100].To == "acct-8" || evs[100].To == "acct-9" {
+		evs[100].From, evs[100].To = "acct-1", "acct-2"
+	}
+	lg.append(t, "payments", evs)
+	pg := newRTPG(t)
+	b := lg.bucket(t)
+	job := rtJob(t, rtSpec("balances", pg.config()))
+	pg.set(t, rtBalances(evs, nil))
+	if rep := rtRun(t, lg.runner(b), job, false); rep.State != StateClean {
+		t.Fatalf("first run: %s", rep.State)
+	}
+
+	more := rtTransfers(42, 300, 10, "acct-")
+	lg.append(t, "payments", more)
+	all := append(append([]rtEvent(nil), evs...), more...)
+	store := rtBalances(all, nil)
+	e := evs[100] // applied twice
+	store[e.From] -= e.Amount
+	store[e.To] += e.Amount
+	m := evs[200] // missed
+	store[m.From] += m.Amount
+	store[m.To] -= m.Amount
+	pg.set(t, store)
+	rep := rtRun(t, lg.runner(b), job, false)
+	if rep.State != StateDrift || rep.Confirmed != 4 {
+		t.Fatalf("state %s, confirmed %d; want the 4 keys", rep.State, rep.Confirmed)
+	}
+	for _, dr := range rep.Drift {
+		want, why := 100, "applied it twice"
+		if dr.Key == m.From || dr.Key == m.To {
+			want, why = 200, "missed it"
+		}
+		named, since := false, false
+		for _, ev := range dr.Lineage {
+			if ev.Index == uint64(want) && strings.Contains(ev.Why, why) {
+				named = true
+			}
+			if strings.Contains(ev.Why, "first entry since") {
+				since = ev.Index >= 1500
+			}
+		}
+		if !named {
+			t.Errorf("%s: lineage does not name entry %d as %q: %+v", dr.Key, want, why, dr.Lineage)
+		}
+		if !since {
+			t.Errorf("%s: lineage does not name the key's first entry since the clean run at 1500", dr.Key)
+		}
+	}
+	var text bytes.Buffer
+	if err := WriteTable(&text, []*Report{rep}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text.String(), "payments#100") || !strings.Contains(text.String(), "applied it twice") {
+		t.Errorf("the text report does not name the culprit:\n%s", text.String())
+	}
+}

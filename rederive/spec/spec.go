@@ -380,6 +380,9 @@ func (s *Spec) checkSettings() []*Error {
 		}
 	}
 	s.checkStore(add)
+	if err := s.Compare.Check(); err != nil {
+		add("compare.deleted", "%v", err)
+	}
 	for _, k := range sortedMapKeys(s.Compare.Tolerance) {
 		v := s.Compare.Tolerance[k]
 		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {

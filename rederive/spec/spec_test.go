@@ -151,6 +151,10 @@ func TestSpecErrors(t *testing.T) {
 			`8:18 store.postgres: unknown field "dns" (did you mean "dsn"?)`,
 		},
 	}, {
+		name: "unknown deleted rule",
+		yaml: "derivations:\n  - name: a\n    sources: [l]\n    key: event.k\n    initial: '0'\n    step: state\n    compare: {deleted: nul}\n" + st,
+		want: []string{`7:24 compare.deleted: `},
+	}, {
 		name: "missing step",
 		yaml: "derivations:\n  - name: a\n    sources: [l]\n    key: event.k\n    initial: '0'\n" + st,
 		want: []string{`2:5 step: missing step expression`},

@@ -101,21 +101,39 @@ func TestCrashRecovery(t *testing.T) {
 	}
 }
 
-// buildDaemon builds the auditd binary into the test's temp dir.
+// daemonBin is the auditd binary the tests run, built once per test
+// process (each build links the whole daemon: seconds, many times over).
+var daemonBin struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// buildDaemon builds the auditd binary, once for all the tests of the
+// process, into the directory TestMain removes at the end; the tests only
+// run it.
 func buildDaemon(t *testing.T, ctx context.Context) string {
 	t.Helper()
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("go tool not found: %v", err)
+	daemonBin.once.Do(func() {
+		gobin, err := exec.LookPath("go")
+		if err != nil {
+			daemonBin.err = fmt.Errorf("go tool not found: %v", err)
+			return
+		}
+		bin := filepath.Join(testTempDir, "bin", "auditd")
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(bctx, gobin, "build", "-o", bin, "github.com/auditd/auditd/cmd/auditd")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			daemonBin.err = fmt.Errorf("go build: %v\n%s", err, out)
+			return
+		}
+		daemonBin.path = bin
+	})
+	if daemonBin.err != nil {
+		t.Fatal(daemonBin.err)
 	}
-	bin := filepath.Join(t.TempDir(), "auditd")
-	bctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(bctx, gobin, "build", "-o", bin, "github.com/auditd/auditd/cmd/auditd")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
+	return daemonBin.path
 }
 
 // crashEvent is one event the test sent; its JSON is resent byte for byte.

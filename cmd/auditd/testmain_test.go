@@ -6,6 +6,9 @@ import (
 	"testing"
 )
 
+// testTempDir is the test process's own directory (see TestMain).
+var testTempDir string
+
 // TestMain gives this package's tests a state directory of their own: the
 // daemons they run (serve in-process, and the binary, which inherits the
 // environment) keep their checkpoint guard copies under
@@ -14,6 +17,8 @@ import (
 // run left there. Each daemon's key is its own, so the daemons of one run
 // keep apart under it; a test that runs daemons on copies of one data
 // directory (one key) gives each its own --checkpoint-guard-dir.
+//
+// The same directory holds the auditd binary buildDaemon builds once.
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "auditd-test-state-")
 	if err != nil {
@@ -21,6 +26,7 @@ func TestMain(m *testing.M) {
 		os.Exit(2)
 	}
 	os.Setenv("XDG_STATE_HOME", dir)
+	testTempDir = dir
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

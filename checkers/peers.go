@@ -441,7 +441,7 @@ func signedByUs(peer Peer, mine, theirs *ledger.SignedCheckpoint) bool {
 	if theirs.Origin != mine.Origin {
 		return false
 	}
-	_, err := note.Open(mine.Note, note.VerifierList(peer.Verifier))
+	_, err := merkle.OpenNote(mine.Note, note.VerifierList(peer.Verifier))
 	return err == nil
 }
 
@@ -451,7 +451,7 @@ func signedByUs(peer Peer, mine, theirs *ledger.SignedCheckpoint) bool {
 // another origin, is bad (a finding: the peer signs, or serves, what it
 // should not).
 func openPeerCheckpoint(raw []byte, v note.Verifier, origin string) (cp *ledger.SignedCheckpoint, bad string, err error) {
-	n, err := note.Open(raw, note.VerifierList(v))
+	n, err := merkle.OpenNote(raw, note.VerifierList(v))
 	var unverified *note.UnverifiedNoteError
 	var invalid *note.InvalidSignatureError
 	switch {

@@ -231,7 +231,7 @@ func (s *Snapshot) Open(d fold.Derivation, fp string, verifier note.Verifier) (*
 		return nil, refuse("its fingerprint %s is not the spec's %s", s.Fingerprint, fp)
 	}
 	if verifier != nil {
-		n, err := note.Open([]byte(s.Note), note.VerifierList(verifier))
+		n, err := merkle.OpenNote([]byte(s.Note), note.VerifierList(verifier))
 		if err != nil {
 			return nil, refuse("its note is not signed by %s: %v", verifier.Name(), err)
 		}

@@ -49,11 +49,7 @@ func (l *Log) Forked(source, detail string) *IntegrityError {
 	if err := l.s.markForked(l.name, e); err != nil {
 		l.s.log.Error("fork mark not written: the log is read-only until a restart only", "log", l.name, "err", err)
 	}
-	// A waiter for a checkpoint that will not come learns why.
-	l.cpMu.Lock()
-	close(l.cpNext)
-	l.cpNext = make(chan struct{})
-	l.cpMu.Unlock()
+	l.wakeWaiters() // a waiter for a checkpoint that will not come learns why
 	return e
 }
 

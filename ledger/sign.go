@@ -125,14 +125,20 @@ func (l *Log) sign() {
 	scp := &SignedCheckpoint{Checkpoint: c, Note: n}
 	l.pinned = scp
 	l.cp.Store(scp)
-	l.cpMu.Lock()
-	close(l.cpNext)
-	l.cpNext = make(chan struct{})
-	l.cpMu.Unlock()
+	l.wakeWaiters()
 	now := time.Now()
 	l.s.metrics.checkpoints.WithLabelValues(l.name).Inc()
 	l.s.metrics.signLat.Observe(now.Sub(start).Seconds())
 	l.observeCovered(c.Size, now)
+}
+
+// wakeWaiters wakes WaitCheckpoint's waiters: a checkpoint was published,
+// or the log will sign none any more.
+func (l *Log) wakeWaiters() {
+	l.cpMu.Lock()
+	close(l.cpNext)
+	l.cpNext = make(chan struct{})
+	l.cpMu.Unlock()
 }
 
 // keep stores a signed checkpoint in Pebble and writes it to the log's

@@ -20,13 +20,13 @@ import (
 // instead of flooding. Safe for concurrent use.
 type integrityAlerts struct {
 	logger  *slog.Logger
-	wake    chan struct{}
+	wake    alertWake
 	mu      sync.Mutex
 	pending map[string]ledger.IntegrityError // by alert id; bounded by logs × kinds
 }
 
 func newIntegrityAlerts(logger *slog.Logger) *integrityAlerts {
-	return &integrityAlerts{logger: logger, wake: make(chan struct{}, 1), pending: map[string]ledger.IntegrityError{}}
+	return &integrityAlerts{logger: logger, wake: newAlertWake(), pending: map[string]ledger.IntegrityError{}}
 }
 
 // handle is the ledger's integrity handler.
@@ -34,25 +34,43 @@ func (a *integrityAlerts) handle(e *ledger.IntegrityError) {
 	a.mu.Lock()
 	a.pending["integrity/"+e.Log+"/"+e.Kind] = *e
 	a.mu.Unlock()
-	select {
-	case a.wake <- struct{}{}:
-	default:
-	}
+	a.wake.poke()
 }
 
 // start fires what is pending, then every later failure, through m. The
 // returned stop fires what is left and returns once the goroutine ended;
 // call it before closing m.
-func (a *integrityAlerts) start(m *alert.Manager) (stop func()) {
+func (a *integrityAlerts) start(m *alert.Manager) (stop func()) { return a.wake.run(m, a.flush) }
+
+// alertWake is the goroutine of a raiser the ledger tells from goroutines
+// that must not block, possibly before the alert manager exists: the
+// raiser keeps what it was told and pokes; run flushes it through the
+// manager at start, on every poke, and once more at stop.
+type alertWake chan struct{}
+
+func newAlertWake() alertWake { return make(alertWake, 1) }
+
+// poke wakes the goroutine; it never blocks (a pending poke covers this
+// one).
+func (w alertWake) poke() {
+	select {
+	case w <- struct{}{}:
+	default:
+	}
+}
+
+// run starts the goroutine; the returned stop flushes what is left and
+// returns once it ended (call it before closing m).
+func (w alertWake) run(m *alert.Manager, flush func(*alert.Manager)) (stop func()) {
 	quit, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
 		for {
-			a.flush(m)
+			flush(m)
 			select {
-			case <-a.wake:
+			case <-w:
 			case <-quit:
-				a.flush(m)
+				flush(m)
 				return
 			}
 		}

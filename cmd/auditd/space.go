@@ -18,14 +18,14 @@ const diskFullAlert = "storage/disk_full"
 // keeps the latest state and wakes the goroutine start runs.
 type spaceAlerts struct {
 	logger *slog.Logger
-	wake   chan struct{}
+	wake   alertWake
 	mu     sync.Mutex
 	err    error // the latest state: nil once appends resumed
 	told   bool  // a state is waiting to be raised
 }
 
 func newSpaceAlerts(logger *slog.Logger) *spaceAlerts {
-	return &spaceAlerts{logger: logger, wake: make(chan struct{}, 1)}
+	return &spaceAlerts{logger: logger, wake: newAlertWake()}
 }
 
 // handle is the ledger's disk space handler.
@@ -33,33 +33,12 @@ func (a *spaceAlerts) handle(err error) {
 	a.mu.Lock()
 	a.err, a.told = err, true
 	a.mu.Unlock()
-	select {
-	case a.wake <- struct{}{}:
-	default:
-	}
+	a.wake.poke()
 }
 
 // start raises the state the ledger told, now and on every change, through
 // m; the returned stop ends the goroutine (call it before closing m).
-func (a *spaceAlerts) start(m *alert.Manager) (stop func()) {
-	quit, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			a.flush(m)
-			select {
-			case <-a.wake:
-			case <-quit:
-				return
-			}
-		}
-	}()
-	var once sync.Once
-	return func() {
-		once.Do(func() { close(quit) })
-		<-done
-	}
-}
+func (a *spaceAlerts) start(m *alert.Manager) (stop func()) { return a.wake.run(m, a.flush) }
 
 func (a *spaceAlerts) flush(m *alert.Manager) {
 	a.mu.Lock()

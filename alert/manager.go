@@ -334,11 +334,16 @@ func (m *Manager) fire(a Alert) (Alert, error) {
 
 // store writes a durably and makes it the current version of its ID.
 func (m *Manager) store(a *Alert) error {
-	v, err := json.Marshal(a)
-	if err != nil {
+	// Without HTML escaping, the stored Details are the bytes Fire kept
+	// (json.Marshal would turn "&" into "\u0026"), so a reloaded alert
+	// fired again with the same content is seen as unchanged.
+	var v bytes.Buffer
+	enc := json.NewEncoder(&v)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(a); err != nil {
 		return fmt.Errorf("alert: encode %s: %w", a.ID, err)
 	}
-	if err := m.kv.Set(key(a.ID), v); err != nil {
+	if err := m.kv.Set(key(a.ID), bytes.TrimSuffix(v.Bytes(), []byte{'\n'})); err != nil {
 		return fmt.Errorf("alert: store %s: %w", a.ID, err)
 	}
 	m.alerts[a.ID] = a

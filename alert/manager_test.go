@@ -596,6 +596,7 @@ func FuzzFire(f *testing.F) {
 	f.Add("integrity/payments.0/why?#%", "payments.0", "", "", "", "")
 	f.Add("stream", "x", "x", "id", "x", "null")
 	f.Add("a", "b\xff", "c", "__x", "y", `{"a":`)
+	f.Add("drift/x", "x", "a < b & c > d", "q", "&", `{"q":"a&b<c>d\u2028","e":"\u0026"}`)
 	f.Fuzz(func(t *testing.T, id, subject, summary, label, value, details string) {
 		kv := newMemKV()
 		m, err := alert.NewManager(kv, alert.Options{Logger: quiet})
@@ -628,6 +629,14 @@ func FuzzFire(f *testing.F) {
 		defer m2.Close()
 		if re, ok := m2.Get(id); !ok || !reflect.DeepEqual(re, got) {
 			t.Fatalf("reloaded %+v, stored %+v", re, got)
+		}
+		// Firing the same alert again after the reload changes nothing.
+		again, err := m2.Fire(a)
+		if err != nil {
+			t.Fatalf("fire again after reload: %v", err)
+		}
+		if again.Seq != got.Seq || !again.UpdatedAt.Equal(got.UpdatedAt) {
+			t.Fatalf("a repeated Fire after a reload was taken as a change: seq %d, was %d", again.Seq, got.Seq)
 		}
 	})
 }

@@ -125,6 +125,10 @@ func producePayments(ctx context.Context, broker string, rate, limit int, logger
 			}
 		})
 	}
+	// Close fails what is still buffered: --events N must mean N.
+	if err := cl.Flush(ctx); err != nil && ctx.Err() == nil {
+		logger.Error("demo producer: flush", "err", err)
+	}
 }
 
 // demoBanner is what the demo prints once it runs: where the broker and

@@ -143,6 +143,10 @@ func explainTLS(err error) error {
 		return fmt.Errorf("%w (the server's certificate is not valid now)", err)
 	case strings.Contains(s, "certificate required"), strings.Contains(s, "bad certificate"), strings.Contains(s, "unknown certificate authority"):
 		return fmt.Errorf("%w (the server requires a client certificate its CA signed: --tls-client-cert and --tls-client-key)", err)
+	case strings.Contains(s, `"https://`) && (strings.Contains(s, "broken pipe") || strings.Contains(s, "connection reset") || strings.HasSuffix(s, "EOF")):
+		// TLS 1.3: a server refusing the client's certificate (or its
+		// absence) may close the connection before the client reads why.
+		return fmt.Errorf("%w (if the server requires client certificates: --tls-client-cert and --tls-client-key)", err)
 	case strings.Contains(s, "server gave HTTP response to HTTPS client"):
 		return fmt.Errorf("%w (the server serves plain HTTP: use an http:// URL)", err)
 	case strings.Contains(s, "Client sent an HTTP request to an HTTPS server"):

@@ -111,13 +111,17 @@ func NewServer(files ServerFiles, logger *slog.Logger, opts ...ServerOption) (*S
 }
 
 // Config returns the server's tls.Config: TLS 1.2 at least, the current
-// certificate on each handshake, and, with a client CA file, client
-// certificates required and verified.
+// certificate on each handshake, HTTP/1.1, and, with a client CA file,
+// client certificates required and verified.
 func (s *Server) Config() *tls.Config {
 	c := &tls.Config{
 		MinVersion:     MinVersion,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return s.kp.get(), nil },
-		NextProtos:     []string{"h2", "http/1.1"},
+		// HTTP/1.1 only, as over plain HTTP: the server's per-connection
+		// deadlines and limits mean the same either way, and a refused
+		// client certificate reaches the client as its TLS error rather
+		// than HTTP/2's "client conn could not be established".
+		NextProtos: []string{"http/1.1"},
 	}
 	if s.clientCAs != nil {
 		c.ClientAuth = tls.RequireAndVerifyClientCert

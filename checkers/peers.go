@@ -2,6 +2,7 @@ package checkers
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -42,6 +43,9 @@ type Peer struct {
 	Logs []string
 	// Token is a bearer token for a peer whose reads are protected.
 	Token string
+	// TLS, if set, configures https to the peer (a private CA, a client
+	// certificate); nil uses Go's defaults.
+	TLS *tls.Config
 }
 
 // Origin returns the origin the peer's checkpoints of log carry.
@@ -114,7 +118,10 @@ type PeerCheck struct {
 	store *ledger.Store
 	peers []Peer
 	http  *http.Client
-	m     *peerMetrics
+	// tlsHTTP holds the clients of the peers with a TLS configuration,
+	// by peer key; the others use http.
+	tlsHTTP map[string]*http.Client
+	m       *peerMetrics
 	// history remembers the largest checkpoint each peer served, by
 	// peer and log (see checkHistory).
 	history *ledger.Bucket
@@ -147,7 +154,25 @@ func NewPeerCheck(store *ledger.Store, peers []Peer, opts ...PeerOption) (*PeerC
 	for _, o := range opts {
 		o(c)
 	}
+	for _, p := range peers {
+		if p.TLS != nil {
+			if c.tlsHTTP == nil {
+				c.tlsHTTP = map[string]*http.Client{}
+			}
+			t := http.DefaultTransport.(*http.Transport).Clone()
+			t.TLSClientConfig = p.TLS
+			c.tlsHTTP[p.key()] = &http.Client{Timeout: c.http.Timeout, Transport: t}
+		}
+	}
 	return c, nil
+}
+
+// httpFor is the HTTP client of requests to peer.
+func (c *PeerCheck) httpFor(peer Peer) *http.Client {
+	if h, ok := c.tlsHTTP[peer.key()]; ok {
+		return h
+	}
+	return c.http
 }
 
 // Comparison results, the result label of peer_comparisons_total.
@@ -211,7 +236,7 @@ func (c *PeerCheck) Run(ctx context.Context, p Progress) error {
 }
 
 func (c *PeerCheck) runPeer(ctx context.Context, peer Peer, p Progress) error {
-	cl := client.New(peer.URL, peer.Verifier)
+	cl := client.New(peer.URL, peer.Verifier, client.WithTLSConfig(peer.TLS))
 	if peer.Token != "" {
 		cl.WithToken(peer.Token)
 	}
@@ -381,7 +406,7 @@ func (c *PeerCheck) fetchCheckpoint(ctx context.Context, peer Peer, name string)
 	if peer.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+peer.Token)
 	}
-	resp, err := c.http.Do(req)
+	resp, err := c.httpFor(peer).Do(req)
 	if err != nil {
 		return nil, nil, fmt.Errorf("checkpoint: %w", err)
 	}

@@ -7,6 +7,7 @@ package client
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -39,6 +40,7 @@ type Client struct {
 	verifier note.Verifier
 	token    string
 	policy   *witness.Policy // witness.go
+	tls      *tls.Config
 }
 
 // Option configures a Client.
@@ -51,8 +53,14 @@ func WithToken(t string) Option { return func(c *Client) { c.token = t } }
 // 30-second timeout, up to 32 idle connections to the server).
 func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h } }
 
+// WithTLSConfig makes the client's own transport use t for https:// URLs:
+// to trust a private CA (RootCAs) or present a client certificate. It has
+// no effect with WithHTTPClient, whose transport is used as it is.
+func WithTLSConfig(t *tls.Config) Option { return func(c *Client) { c.tls = t } }
+
 // New returns a client for the server at base (for example
-// "http://127.0.0.1:8080"), checking checkpoints with v.
+// "http://127.0.0.1:8080" or "https://audit.example.com"), checking
+// checkpoints with v.
 func New(base string, v note.Verifier, opts ...Option) *Client {
 	c := &Client{base: strings.TrimRight(base, "/"), verifier: v}
 	for _, o := range opts {
@@ -65,6 +73,9 @@ func New(base string, v note.Verifier, opts ...Option) *Client {
 		// time.
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.MaxIdleConnsPerHost = 32
+		if c.tls != nil {
+			t.TLSClientConfig = c.tls
+		}
 		c.http = &http.Client{Timeout: 30 * time.Second, Transport: t}
 	}
 	return c

@@ -34,6 +34,8 @@ func runAlerts(args []string, stdout, stderr io.Writer) int {
 	limit := fs.Int("limit", 100, "at most this many alerts (1..1000), newest first")
 	asJSON := fs.Bool("json", false, "print JSON (with --follow: one alert per line)")
 	follow := fs.Bool("follow", false, "print the firing alerts, then every change live, until interrupted")
+	var tlsf clientTLSFlags
+	bindClientTLSFlags(fs, &tlsf) // tls.go
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "Usage: auditd alerts --server URL [--state firing|resolved|all] [--json] [--follow]\n\n"+
 			"Lists a running server's alerts, or follows them live (server-sent events).\n\n")
@@ -51,10 +53,15 @@ func runAlerts(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	c := &statusClient{base: strings.TrimRight(*server, "/"), token: *token, http: &http.Client{}}
+	hc, err := tlsf.httpClient()
+	if err != nil {
+		fmt.Fprintf(stderr, "auditd alerts: %v\n", err)
+		return 2
+	}
+	c := &statusClient{base: strings.TrimRight(*server, "/"), token: *token, http: hc}
 	if *follow {
 		if err := followAlerts(ctx, c, stdout, stderr, *asJSON); err != nil && ctx.Err() == nil {
-			fmt.Fprintf(stderr, "auditd alerts: %v\n", err)
+			fmt.Fprintf(stderr, "auditd alerts: %v\n", explainTLS(err))
 			return 1
 		}
 		return 0
@@ -69,7 +76,7 @@ func runAlerts(args []string, stdout, stderr io.Writer) int {
 	tctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if _, err := c.get(tctx, "/v1/alerts?"+q.Encode(), &out); err != nil {
-		fmt.Fprintf(stderr, "auditd alerts: %v\n", err)
+		fmt.Fprintf(stderr, "auditd alerts: %v\n", explainTLS(err))
 		return 1
 	}
 	if *asJSON {

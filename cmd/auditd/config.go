@@ -129,6 +129,24 @@ type Config struct {
 	// and read_token. Flags show in ps, files do not.
 	WriteTokenFile string `yaml:"write_token_file"`
 	ReadTokenFile  string `yaml:"read_token_file"`
+	// TLSCertFile and TLSKeyFile, if set (both or neither), make the API
+	// listener serve HTTPS (TLS 1.2 or later) with this certificate chain
+	// (PEM, leaf first) and private key (PEM). serve refuses to start on a
+	// missing file or a key that does not match. The files are read again
+	// when they change (looked at, at most once a second, by a handshake)
+	// and on SIGHUP; a new pair that does not load is refused with an
+	// error log (and auditd_tls_certificate_reloads_total{result="error"})
+	// while the previous one keeps serving. The debug listener stays
+	// plain HTTP. AUDITD_TLS_CERT_FILE and AUDITD_TLS_KEY_FILE override
+	// them. See docs/operations.md#tls.
+	TLSCertFile string `yaml:"tls_cert_file"`
+	TLSKeyFile  string `yaml:"tls_key_file"`
+	// TLSClientCAFile, if set, is a PEM bundle of CAs: every client must
+	// present a certificate chaining to one of them (the handshake fails
+	// otherwise), on every route, /healthz and /metrics included. Tokens,
+	// if set, are required as well. Read at start. Needs TLSCertFile.
+	// AUDITD_TLS_CLIENT_CA_FILE overrides it.
+	TLSClientCAFile string `yaml:"tls_client_ca_file"`
 	// WaitTimeout bounds POST ?wait=checkpoint. Default 30s.
 	WaitTimeout time.Duration `yaml:"wait_timeout"`
 	// ShutdownTimeout bounds the graceful drain of HTTP requests on
@@ -287,6 +305,12 @@ func loadConfig(path string) (Config, error) {
 	if v := os.Getenv("AUDITD_READ_TOKEN"); v != "" {
 		c.ReadToken = v
 	}
+	for env, dst := range map[string]*string{"AUDITD_TLS_CERT_FILE": &c.TLSCertFile, "AUDITD_TLS_KEY_FILE": &c.TLSKeyFile,
+		"AUDITD_TLS_CLIENT_CA_FILE": &c.TLSClientCAFile} {
+		if v := os.Getenv(env); v != "" {
+			*dst = v
+		}
+	}
 	if v := os.Getenv("AUDITD_KAFKA_SASL_PASSWORD"); v != "" && c.Kafka != nil && c.Kafka.SASL != nil {
 		c.Kafka.SASL.Password = v
 	}
@@ -323,6 +347,9 @@ func (c *Config) validate() error {
 		}
 	}
 	if err := c.Retention.validate(c.Derivations); err != nil {
+		return err
+	}
+	if err := c.validateTLS(); err != nil {
 		return err
 	}
 	if c.KeyFile == "" {
@@ -374,6 +401,9 @@ func bindFlags(fs *flag.FlagSet, c *Config) {
 	fs.StringVar(&c.ReadToken, "read-token", c.ReadToken, "bearer token required for reads (visible in ps: prefer --read-token-file or AUDITD_READ_TOKEN)")
 	fs.StringVar(&c.WriteTokenFile, "write-token-file", c.WriteTokenFile, "file holding the write token")
 	fs.StringVar(&c.ReadTokenFile, "read-token-file", c.ReadTokenFile, "file holding the read token")
+	fs.StringVar(&c.TLSCertFile, "tls-cert-file", c.TLSCertFile, "serve HTTPS with this certificate chain (PEM; with --tls-key-file; reloaded when it changes and on SIGHUP)")
+	fs.StringVar(&c.TLSKeyFile, "tls-key-file", c.TLSKeyFile, "private key (PEM) of --tls-cert-file")
+	fs.StringVar(&c.TLSClientCAFile, "tls-client-ca-file", c.TLSClientCAFile, "require client certificates chaining to these CAs (PEM bundle; needs --tls-cert-file)")
 	fs.StringVar(&c.DebugListen, "debug-listen", c.DebugListen, "serve /debug/pprof on this address (off when empty)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")

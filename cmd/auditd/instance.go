@@ -22,6 +22,7 @@ import (
 	"github.com/auditd/auditd/checkers"
 	"github.com/auditd/auditd/ingest"
 	"github.com/auditd/auditd/internal/buildinfo"
+	"github.com/auditd/auditd/internal/tlsconf"
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/web"
 )
@@ -59,6 +60,7 @@ type instance struct {
 	metrics prometheus.Registerer // reg with the auditd_ prefix
 	alerts  *alert.Manager
 	opts    api.Options
+	tls     *tlsconf.Server // the API listener's, nil without TLS (tls.go)
 }
 
 type stopStep struct {

@@ -56,6 +56,13 @@ type PeerConfig struct {
 	Logs []string `yaml:"logs"`
 	// Token is a bearer token for a peer whose reads are protected.
 	Token string `yaml:"token"`
+	// TLSCAFile is a PEM bundle of the CAs an https peer's certificate
+	// must chain to, instead of the system's. TLSClientCertFile and
+	// TLSClientKeyFile (both or neither) are the client certificate
+	// presented to a peer that requires one. See clientTLS (tls.go).
+	TLSCAFile         string `yaml:"tls_ca_file"`
+	TLSClientCertFile string `yaml:"tls_client_cert_file"`
+	TLSClientKeyFile  string `yaml:"tls_client_key_file"`
 }
 
 // peers turns the configuration into checkers.Peers and refuses a peer
@@ -87,8 +94,12 @@ func (c PeersConfig) peers(self note.Verifier) ([]checkers.Peer, error) {
 		if err != nil {
 			return nil, fmt.Errorf("config: checks.peers.list[%d] (%s): key: %w", i, pc.URL, err)
 		}
+		tc, err := clientTLS(fmt.Sprintf("checks.peers.list[%d] (%s)", i, pc.URL), pc.TLSCAFile, pc.TLSClientCertFile, pc.TLSClientKeyFile)
+		if err != nil {
+			return nil, err
+		}
 		out = append(out, checkers.Peer{URL: pc.URL, Verifier: v, OriginPrefix: pc.OriginPrefix,
-			Origins: pc.Origins, Logs: pc.Logs, Token: pc.Token})
+			Origins: pc.Origins, Logs: pc.Logs, Token: pc.Token, TLS: tc})
 	}
 	if err := checkers.ValidatePeers(out); err != nil {
 		return nil, fmt.Errorf("config: checks.peers: %w", err)

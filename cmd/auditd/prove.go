@@ -30,6 +30,7 @@ type proveFlags struct {
 	index                                              int64
 	timeout                                            time.Duration
 	wp                                                 witnessPolicyFlags // witness.go
+	tls                                                clientTLSFlags     // tls.go
 }
 
 // proveFailure is a prove that did not verify, with its exit code.
@@ -57,6 +58,7 @@ func runProve(args []string, stdout, stderr io.Writer) int {
 	fset.StringVar(&f.token, "token", os.Getenv("AUDITD_READ_TOKEN"), "bearer token if the server protects reads")
 	fset.DurationVar(&f.timeout, "timeout", 30*time.Second, "overall time limit")
 	bindWitnessPolicyFlags(fset, &f.wp)
+	bindClientTLSFlags(fset, &f.tls)
 	fset.Usage = func() {
 		fmt.Fprint(stderr, proveUsage)
 		fset.PrintDefaults()
@@ -70,7 +72,7 @@ func runProve(args []string, stdout, stderr io.Writer) int {
 	if err := prove(f, stdout); err != nil {
 		var pf proveFailure
 		if !errors.As(err, &pf) {
-			pf = proveFailure{2, err}
+			pf = proveFailure{2, explainTLS(err)}
 		}
 		if pf.code == 1 {
 			fmt.Fprintf(stderr, "auditd prove: FAILED: %v\n", pf.err)
@@ -114,7 +116,11 @@ func prove(f proveFlags, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	c := client.New(f.server, v, wopts...).WithToken(f.token)
+	tc, err := f.tls.config()
+	if err != nil {
+		return err
+	}
+	c := client.New(f.server, v, append(wopts, client.WithTLSConfig(tc))...).WithToken(f.token)
 	checked := func(err error) error {
 		if errors.Is(err, client.ErrVerification) {
 			return proveFailure{1, err}

@@ -72,14 +72,23 @@ var listenHook = func(ln net.Listener) net.Listener { return ln }
 // it receives the listening address once the server accepts connections.
 // It returns the first component's error, if one stopped.
 func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- string) error {
-	// Bind first: a port in use leaves no data dir and no key behind.
+	// Certificates next, then bind: a bad certificate or a port in use
+	// leaves no data dir and no key behind.
+	stls, err := serverTLS(cfg, logger) // tls.go
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
 	ln = listenHook(ln)
+	ln, scheme := tlsListener(ln, stls)
 	d := newInstance(ctx, cfg, logger)
 	defer d.shutdown()
+	d.tls = stls
+	stopHUP := onSIGHUP(d.reloadTLS)
+	defer stopHUP()
 	d.onStop("", func() { ln.Close() })
 	if err := d.openLedger(); err != nil {
 		return err
@@ -104,9 +113,14 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 	for _, c := range srv.Collectors() {
 		d.metrics.MustRegister(c)
 	}
+	if stls != nil {
+		for _, c := range stls.Collectors() {
+			d.metrics.MustRegister(c)
+		}
+	}
 	d.serveHTTP(api.WithInstance(srv, self), ln)
 	addr := ln.Addr().String()
-	logger.Info("auditd serving", "addr", "http://"+addr, "data_dir", cfg.DataDir,
+	logger.Info("auditd serving", "addr", scheme+"://"+addr, "client_certificates", stls != nil && stls.ClientAuth(), "data_dir", cfg.DataDir,
 		"logs", len(d.store.Logs()), "verifier_key", d.key.vkey, "writes_protected", cfg.WriteToken != "" || cfg.ReadToken != "", "auth", authSummary(cfg))
 	if ready != nil {
 		ready <- addr

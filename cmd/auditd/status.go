@@ -153,6 +153,8 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(token, "read-token", *token, "same as --token")
 	asJSON := fs.Bool("json", false, "print the server's answers as one JSON object instead of tables")
 	timeout := fs.Duration("timeout", time.Minute, "overall time limit")
+	var tlsf clientTLSFlags
+	bindClientTLSFlags(fs, &tlsf) // tls.go
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "Usage: auditd status --server URL [--json] [--token TOKEN]\n\n"+
 			"Shows a running server's logs, derivations, self-audit checks and firing alerts.\n\n")
@@ -170,7 +172,12 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	c := &statusClient{base: strings.TrimRight(*server, "/"), token: *token, http: &http.Client{}}
+	hc, err := tlsf.httpClient()
+	if err != nil {
+		fmt.Fprintf(stderr, "auditd status: %v\n", err)
+		return 2
+	}
+	c := &statusClient{base: strings.TrimRight(*server, "/"), token: *token, http: hc}
 	progress := func(int, int) {}
 	if isTerminal(stderr) && !*asJSON {
 		progress = func(done, total int) {
@@ -182,7 +189,7 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 	}
 	st, err := c.fetch(ctx, progress)
 	if err != nil {
-		fmt.Fprintf(stderr, "auditd status: %v\n", err)
+		fmt.Fprintf(stderr, "auditd status: %v\n", explainTLS(err))
 		return 1
 	}
 	if *asJSON {

@@ -40,6 +40,7 @@ type verifyFlags struct {
 	timeout                                              time.Duration
 	quiet, fromSnapshot                                  bool
 	wp                                                   witnessPolicyFlags // witness.go
+	tls                                                  clientTLSFlags     // tls.go; with --server only
 }
 
 const verifyUsage = `Usage: auditd verify --config FILE (--data-dir DIR | --server URL --verifier-key KEY) [flags]
@@ -78,6 +79,7 @@ func parseVerifyFlags(args []string, stderr io.Writer) (f verifyFlags, help bool
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar and no logs on stderr")
 	fs.BoolVar(&f.fromSnapshot, "from-snapshot", false, "with --server: start each derivation from the snapshot the server publishes, checked against --verifier-key (verify_snapshot.go)")
 	bindWitnessPolicyFlags(fs, &f.wp) // witness.go; with --server only
+	bindClientTLSFlags(fs, &f.tls)    // tls.go; with --server only
 	fs.Usage = func() {
 		fmt.Fprint(stderr, verifyUsage)
 		fs.PrintDefaults()
@@ -93,6 +95,9 @@ func parseVerifyFlags(args []string, stderr io.Writer) (f verifyFlags, help bool
 	}
 	if f.fromSnapshot && f.server == "" {
 		return f, false, errors.New("--from-snapshot needs --server")
+	}
+	if !f.tls.files.IsZero() && f.server == "" {
+		return f, false, errors.New("--ca-file, --tls-client-cert and --tls-client-key need --server")
 	}
 	return f, false, nil
 }
@@ -139,13 +144,13 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 		jr := runner
 		if f.fromSnapshot {
 			if jr, err = snapshotRunner(ctx, f, lg, j, logger, bar.update); err != nil {
-				return fail(exitError, "%s: %v", j.Derivation.Name(), err)
+				return fail(exitError, "%s: %v", j.Derivation.Name(), explainTLS(err))
 			}
 		}
 		rep, err := jr.Run(ctx, j, true)
 		bar.done()
 		if err != nil {
-			return fail(exitError, "%s: %v", j.Derivation.Name(), err)
+			return fail(exitError, "%s: %v", j.Derivation.Name(), explainTLS(err))
 		}
 		reports = append(reports, rep)
 	}
@@ -230,7 +235,11 @@ func verifyLedger(f verifyFlags, logger *slog.Logger) (rederive.Ledger, func(), 
 	if err != nil {
 		return nil, nil, fmt.Errorf("verifier key: %w", err)
 	}
-	return &rederive.RemoteLedger{Client: client.New(strings.TrimRight(f.server, "/"), v, wopts...).WithToken(f.token)}, func() {}, nil
+	tc, err := f.tls.config()
+	if err != nil {
+		return nil, nil, err
+	}
+	return &rederive.RemoteLedger{Client: client.New(strings.TrimRight(f.server, "/"), v, append(wopts, client.WithTLSConfig(tc))...).WithToken(f.token)}, func() {}, nil
 }
 
 // writeVerifyReports writes the JSON, JUnit and Markdown reports asked for.

@@ -8,15 +8,18 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/auditd/auditd/api"
 	"github.com/auditd/auditd/client"
+	"github.com/auditd/auditd/internal/tlsconf"
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/witness"
 	"github.com/auditd/auditd/witness/server"
@@ -55,6 +58,11 @@ type WitnessEndpoint struct {
 	URL string `yaml:"url"`
 	// VerifierKey is its cosignature/v1 verifier key.
 	VerifierKey string `yaml:"verifier_key"`
+	// TLSCAFile, TLSClientCertFile and TLSClientKeyFile configure https
+	// to the witness as they do to a peer (PeerConfig, clientTLS).
+	TLSCAFile         string `yaml:"tls_ca_file"`
+	TLSClientCertFile string `yaml:"tls_client_cert_file"`
+	TLSClientKeyFile  string `yaml:"tls_client_key_file"`
 }
 
 // startWitnessing sets up both witness roles the config asks for, filling
@@ -94,7 +102,15 @@ func startWitnessing(store *ledger.Store, cfg Config, keyName string, opts *api.
 		if err != nil {
 			return nil, fmt.Errorf("config: witness.witnesses[%d]: %w", i, err)
 		}
-		ws = append(ws, submit.Witness{URL: w.URL, Verifier: v})
+		sw := submit.Witness{URL: w.URL, Verifier: v}
+		tc, err := clientTLS(fmt.Sprintf("witness.witnesses[%d] (%s)", i, w.URL), w.TLSCAFile, w.TLSClientCertFile, w.TLSClientKeyFile)
+		if err != nil {
+			return nil, err
+		}
+		if tc != nil {
+			sw.HTTP = &http.Client{Timeout: 10 * time.Second, Transport: tlsconf.Transport(tc)}
+		}
+		ws = append(ws, sw)
 	}
 	logs := func() []submit.Log {
 		var out []submit.Log

@@ -33,6 +33,10 @@ type Witness struct {
 	// Verifier checks its cosignatures (a cosignature/v1 key); its name
 	// labels the witness in metrics and status.
 	Verifier note.Verifier
+	// HTTP, if set, sends this witness's requests instead of
+	// Options.HTTP (an https witness with its own CA or client
+	// certificate).
+	HTTP *http.Client
 }
 
 // Log is the part of a ledger log the submitter reads. *ledger.Log
@@ -291,7 +295,7 @@ func (s *Submitter) submit(ctx context.Context, l Log, w Witness, old uint64, cp
 			proof = p
 		}
 		body := (&witness.Request{OldSize: old, Proof: proof, Checkpoint: cp.Note}).Marshal()
-		status, resp, err := s.post(ctx, w.URL, body)
+		status, resp, err := s.post(ctx, w, body)
 		if err != nil {
 			return nil, old, err
 		}
@@ -324,12 +328,16 @@ func (s *Submitter) submit(ctx context.Context, l Log, w Witness, old uint64, cp
 	}
 }
 
-func (s *Submitter) post(ctx context.Context, base string, body []byte) (int, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(base, "/")+"/add-checkpoint", bytes.NewReader(body))
+func (s *Submitter) post(ctx context.Context, w Witness, body []byte) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(w.URL, "/")+"/add-checkpoint", bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, err
 	}
-	resp, err := s.opts.HTTP.Do(req)
+	hc := s.opts.HTTP
+	if w.HTTP != nil {
+		hc = w.HTTP
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -200,7 +200,7 @@ func samePublicKey(a, b string) bool {
 // ed25519Public is the Ed25519 public key of a signed-note verifier key,
 // nil if it holds none.
 func ed25519Public(vkey string) []byte {
-	parts := strings.Split(strings.TrimSpace(vkey), "+")
+	parts := strings.SplitN(strings.TrimSpace(vkey), "+", 3) // base64 has + too
 	if len(parts) != 3 {
 		return nil
 	}

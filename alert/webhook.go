@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/auditd/auditd/internal/redirect"
 )
 
 // Sink receives alert changes. The Manager calls Notify from one goroutine
@@ -109,7 +111,7 @@ func NewWebhook(cfg WebhookConfig) *Webhook {
 	}
 	cfg.MaxBackoff = max(cfg.MaxBackoff, cfg.InitialBackoff)
 	cfg.ExternalURL = strings.TrimSuffix(cfg.ExternalURL, "/")
-	return &Webhook{cfg: cfg, client: &http.Client{Timeout: cfg.Timeout}}
+	return &Webhook{cfg: cfg, client: &http.Client{Timeout: cfg.Timeout, CheckRedirect: redirect.SameOrigin}}
 }
 
 // Name implements Sink.

@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/mod/sumdb/note"
 
+	"github.com/auditd/auditd/internal/redirect"
 	"github.com/auditd/auditd/merkle"
 	"github.com/auditd/auditd/witness"
 )
@@ -65,7 +66,7 @@ func New(base string, v note.Verifier, opts ...Option) *Client {
 		// time.
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.MaxIdleConnsPerHost = 32
-		c.http = &http.Client{Timeout: 30 * time.Second, Transport: t}
+		c.http = &http.Client{Timeout: 30 * time.Second, Transport: t, CheckRedirect: redirect.SameOrigin}
 	}
 	return c
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/auditd/auditd/alert"
+	"github.com/auditd/auditd/internal/redirect"
 )
 
 // runAlerts is `auditd alerts`: the server's alerts as a table (or JSON),
@@ -51,7 +52,7 @@ func runAlerts(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	c := &statusClient{base: strings.TrimRight(*server, "/"), token: *token, http: &http.Client{}}
+	c := &statusClient{base: strings.TrimRight(*server, "/"), token: *token, http: &http.Client{CheckRedirect: redirect.SameOrigin}}
 	if *follow {
 		if err := followAlerts(ctx, c, stdout, stderr, *asJSON); err != nil && ctx.Err() == nil {
 			fmt.Fprintf(stderr, "auditd alerts: %v\n", err)

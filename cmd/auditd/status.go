@@ -12,6 +12,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/auditd/auditd/internal/redirect"
 )
 
 // statusClient reads a running auditd's JSON API with an optional read
@@ -170,7 +172,7 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	c := &statusClient{base: strings.TrimRight(*server, "/"), token: *token, http: &http.Client{}}
+	c := &statusClient{base: strings.TrimRight(*server, "/"), token: *token, http: &http.Client{CheckRedirect: redirect.SameOrigin}}
 	progress := func(int, int) {}
 	if isTerminal(stderr) && !*asJSON {
 		progress = func(done, total int) {

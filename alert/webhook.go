@@ -310,7 +310,8 @@ func (w *Webhook) Notify(ctx context.Context, alerts []Alert) error {
 		}
 		var se *statusError
 		isStatus := errors.As(err, &se)
-		if (isStatus && !se.retryable()) || ctx.Err() != nil || attempt >= w.cfg.MaxRetries {
+		if (isStatus && !se.retryable()) || ctx.Err() != nil || attempt >= w.cfg.MaxRetries ||
+			errors.Is(err, redirect.ErrCrossOrigin) { // a retry meets the same redirect
 			return fmt.Errorf("alert: webhook %s: giving up after %d attempts: %w", w.cfg.Name, attempt+1, err)
 		}
 		// Equal jitter: half the backoff, plus up to the other half.

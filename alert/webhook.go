@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/auditd/auditd/internal/redirect"
 )
 
 // Sink receives alert changes. The Manager calls Notify from one goroutine
@@ -109,7 +111,7 @@ func NewWebhook(cfg WebhookConfig) *Webhook {
 	}
 	cfg.MaxBackoff = max(cfg.MaxBackoff, cfg.InitialBackoff)
 	cfg.ExternalURL = strings.TrimSuffix(cfg.ExternalURL, "/")
-	return &Webhook{cfg: cfg, client: &http.Client{Timeout: cfg.Timeout}}
+	return &Webhook{cfg: cfg, client: &http.Client{Timeout: cfg.Timeout, CheckRedirect: redirect.SameOrigin}}
 }
 
 // Name implements Sink.
@@ -308,7 +310,8 @@ func (w *Webhook) Notify(ctx context.Context, alerts []Alert) error {
 		}
 		var se *statusError
 		isStatus := errors.As(err, &se)
-		if (isStatus && !se.retryable()) || ctx.Err() != nil || attempt >= w.cfg.MaxRetries {
+		if (isStatus && !se.retryable()) || ctx.Err() != nil || attempt >= w.cfg.MaxRetries ||
+			errors.Is(err, redirect.ErrCrossOrigin) { // a retry meets the same redirect
 			return fmt.Errorf("alert: webhook %s: giving up after %d attempts: %w", w.cfg.Name, attempt+1, err)
 		}
 		// Equal jitter: half the backoff, plus up to the other half.

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/auditd/auditd/client"
+	"github.com/auditd/auditd/internal/redirect"
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/merkle"
 )
@@ -149,7 +150,7 @@ func NewPeerCheck(store *ledger.Store, peers []Peer, opts ...PeerOption) (*PeerC
 	if err != nil {
 		return nil, err
 	}
-	c := &PeerCheck{store: store, peers: peers, http: &http.Client{Timeout: 30 * time.Second}, m: newPeerMetrics(peers),
+	c := &PeerCheck{store: store, peers: peers, http: &http.Client{Timeout: 30 * time.Second, CheckRedirect: redirect.SameOrigin}, m: newPeerMetrics(peers),
 		history: history, log: slog.Default(), identities: map[string]string{}, reported: map[string]string{}}
 	for _, o := range opts {
 		o(c)
@@ -161,7 +162,7 @@ func NewPeerCheck(store *ledger.Store, peers []Peer, opts ...PeerOption) (*PeerC
 			}
 			t := http.DefaultTransport.(*http.Transport).Clone()
 			t.TLSClientConfig = p.TLS
-			c.tlsHTTP[p.key()] = &http.Client{Timeout: c.http.Timeout, Transport: t}
+			c.tlsHTTP[p.key()] = &http.Client{Timeout: c.http.Timeout, Transport: t, CheckRedirect: redirect.SameOrigin}
 		}
 	}
 	return c, nil

@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/mod/sumdb/note"
 
+	"github.com/auditd/auditd/internal/redirect"
 	"github.com/auditd/auditd/merkle"
 	"github.com/auditd/auditd/witness"
 )
@@ -76,7 +77,7 @@ func New(base string, v note.Verifier, opts ...Option) *Client {
 		if c.tls != nil {
 			t.TLSClientConfig = c.tls
 		}
-		c.http = &http.Client{Timeout: 30 * time.Second, Transport: t}
+		c.http = &http.Client{Timeout: 30 * time.Second, Transport: t, CheckRedirect: redirect.SameOrigin}
 	}
 	return c
 }

@@ -38,10 +38,13 @@ type Config struct {
 	// "PRIVATE+KEY+<name>+<hash>+<key>"). If it does not exist, serve
 	// generates one named Origin, writes it with mode 0600, and writes the
 	// verifier key beside it (KeyFile with ".pub"). Default DataDir/auditd.key.
+	// It must be a regular file of at most 64 KiB (as must every key and
+	// token file auditd reads) that only its owner can read or write.
 	KeyFile string `yaml:"key_file"`
-	// AllowInsecureKeyFile starts serve even when the key file is readable
-	// or writable by group or others (logging an error); without it serve
-	// refuses such a key. Default false.
+	// AllowInsecureKeyFile starts serve even when a private key file (the
+	// signing key, the witness key) is readable or writable by group or
+	// others (logging an error); without it serve refuses such a key,
+	// naming the chmod that fixes it. Default false.
 	AllowInsecureKeyFile bool `yaml:"allow_insecure_key_file"`
 	// Origin names a generated key; checkpoints of log L carry the origin
 	// "<key name>/L". Default: "<host>-<key hash>", unique to the key and
@@ -126,7 +129,8 @@ type Config struct {
 	ReadToken string `yaml:"read_token"`
 	// WriteTokenFile and ReadTokenFile, if set, hold the tokens (the file's
 	// content, surrounding whitespace removed); they replace write_token
-	// and read_token. Flags show in ps, files do not.
+	// and read_token. Flags show in ps, files do not. Each must be a
+	// regular file of at most 64 KiB.
 	WriteTokenFile string `yaml:"write_token_file"`
 	ReadTokenFile  string `yaml:"read_token_file"`
 	// TLSCertFile and TLSKeyFile, if set (both or neither), make the API
@@ -383,7 +387,7 @@ func bindFlags(fs *flag.FlagSet, c *Config) {
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "ledger data directory")
 	fs.StringVar(&c.Listen, "listen", c.Listen, "HTTP listen address")
 	fs.StringVar(&c.KeyFile, "key-file", c.KeyFile, "checkpoint signing key (generated if missing; default DATA-DIR/auditd.key)")
-	fs.BoolVar(&c.AllowInsecureKeyFile, "allow-insecure-key-file", c.AllowInsecureKeyFile, "start even if the signing key is readable by group or others (logs an error)")
+	fs.BoolVar(&c.AllowInsecureKeyFile, "allow-insecure-key-file", c.AllowInsecureKeyFile, "start even if a private key file (signing key, witness key) is readable by group or others (logs an error)")
 	fs.StringVar(&c.Origin, "origin", c.Origin, "name of a generated signing key (checkpoint origin prefix)")
 	fs.DurationVar(&c.CheckpointInterval, "checkpoint-interval", c.CheckpointInterval, "least time between checkpoints of one log")
 	fs.IntVar(&c.MaxBatch, "max-batch", c.MaxBatch, "entries per group commit, at most")

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/auditd/auditd/checkers"
+	"github.com/auditd/auditd/internal/keyfile"
 	"github.com/auditd/auditd/ledger"
 )
 
@@ -259,9 +260,9 @@ func fsckPrint(stdout io.Writer, asJSON bool, p *fsckProgress, logs []string, el
 func fsckVerifier(dataDir, keyFile, vkey string) (note.Verifier, error) {
 	if vkey != "" {
 		if strings.HasPrefix(vkey, "@") {
-			b, err := os.ReadFile(vkey[1:])
+			b, _, err := keyfile.Read("verifier key file", vkey[1:])
 			if err != nil {
-				return nil, fmt.Errorf("verifier key: %w", err)
+				return nil, err
 			}
 			vkey = strings.TrimSpace(string(b))
 		}
@@ -274,9 +275,9 @@ func fsckVerifier(dataDir, keyFile, vkey string) (note.Verifier, error) {
 	if keyFile == "" {
 		keyFile = filepath.Join(dataDir, "auditd.key")
 	}
-	b, err := os.ReadFile(keyFile)
+	b, _, err := readKeyFile(keyFile)
 	if err != nil {
-		return nil, fmt.Errorf("signing key: %w (or pass --verifier-key)", err)
+		return nil, fmt.Errorf("%w (or pass --verifier-key)", err)
 	}
 	k, err := parseKey(strings.TrimSpace(string(b)))
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 	"syscall"
+
+	"github.com/auditd/auditd/internal/keyfile"
 )
 
 // authSummary says in the startup log which token guards what.
@@ -45,23 +47,25 @@ func ensureDataDir(dir string, logger *slog.Logger) error {
 	return nil
 }
 
-// checkKeyMode refuses a signing key file that others can read or write:
-// whoever reads it can sign checkpoints as this log. With allow set it
-// warns loudly instead.
-func checkKeyMode(path string, allow bool, logger *slog.Logger) error {
+// checkKeyMode refuses a private key file that group or others can read
+// or write: whoever reads it can sign as this auditd (with the signing
+// key, checkpoints of its logs; with the witness key, cosignatures). With
+// allow set it warns loudly instead. what names the key ("signing key",
+// "witness key").
+func checkKeyMode(what, path string, allow bool, logger *slog.Logger) error {
 	fi, err := os.Stat(path)
 	if err != nil {
-		return fmt.Errorf("signing key: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	perm := fi.Mode().Perm()
-	if perm&0o077 == 0 {
+	err = keyfile.CheckPrivate(what+" file", path, perm)
+	if err == nil {
 		return nil
 	}
 	if !allow {
-		return fmt.Errorf("signing key %s has mode %04o: group or others can read or change it; "+
-			"run chmod 600 %s (or pass --allow-insecure-key-file to start anyway)", path, perm, path)
+		return fmt.Errorf("%w (or pass --allow-insecure-key-file to start anyway)", err)
 	}
-	logger.Error("INSECURE: the signing key is readable or writable by others; anyone who reads it can sign checkpoints as this auditd",
+	logger.Error("INSECURE: the "+what+" is readable or writable by others; anyone who reads it can sign as this auditd",
 		"file", path, "mode", fmt.Sprintf("%04o", perm))
 	return nil
 }
@@ -79,9 +83,9 @@ func (c *Config) readTokenFiles() error {
 		if t.file == "" {
 			continue
 		}
-		b, err := os.ReadFile(t.file)
+		b, _, err := keyfile.Read(t.what+" token file", t.file)
 		if err != nil {
-			return fmt.Errorf("config: %s token file: %w", t.what, err)
+			return fmt.Errorf("config: %w", err)
 		}
 		tok := strings.TrimSpace(string(b))
 		if tok == "" {

@@ -130,7 +130,7 @@ func (d *instance) openLedger() error {
 	if err != nil {
 		return err
 	}
-	if err := checkKeyMode(cfg.KeyFile, cfg.AllowInsecureKeyFile, logger); err != nil {
+	if err := checkKeyMode("signing key", cfg.KeyFile, cfg.AllowInsecureKeyFile, logger); err != nil {
 		return err
 	}
 	if created {

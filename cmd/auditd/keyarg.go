@@ -5,8 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
+
+	"github.com/auditd/auditd/internal/keyfile"
 )
 
 // verifierKeyArg is the verifier key given by a --verifier-key value (the
@@ -20,9 +21,9 @@ func verifierKeyArg(key, file string) (string, error) {
 		file = key[1:]
 	}
 	if file != "" {
-		b, err := os.ReadFile(file)
+		b, _, err := keyfile.Read("verifier key file", file)
 		if err != nil {
-			return "", fmt.Errorf("verifier key: %w", err)
+			return "", err
 		}
 		return strings.TrimSpace(string(b)), nil
 	}

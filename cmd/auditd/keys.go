@@ -17,6 +17,7 @@ import (
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/auditd/auditd/internal/durable"
+	"github.com/auditd/auditd/internal/keyfile"
 )
 
 // signingKey is a checkpoint key pair in signed-note form.
@@ -36,19 +37,21 @@ func loadOrCreateKey(path, name string) (*signingKey, bool, error) {
 // verifier key beside it in path+".pub") if it does not exist. It reports
 // whether it created the key. A path+".pub" that is missing, empty or not
 // the key's verifier key (a crash while it was written, an edit) is
-// rewritten from the private key, and logger says so.
+// rewritten from the private key, and logger says so. A path that is not
+// a small regular file (/dev/zero, a FIFO) is refused (readKeyFile);
+// checkKeyMode checks who else may read it.
 func openSigningKey(path, name string, logger *slog.Logger) (*signingKey, bool, error) {
-	b, err := os.ReadFile(path)
+	b, _, err := readKeyFile(path)
 	created := false
 	if errors.Is(err, fs.ErrNotExist) {
 		if err := writeNewKey(path, name); err != nil {
 			return nil, false, err
 		}
-		b, err = os.ReadFile(path)
+		b, _, err = readKeyFile(path)
 		created = true
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("signing key: %w", err)
+		return nil, false, err
 	}
 	k, err := parseKey(strings.TrimSpace(string(b)))
 	if err != nil {
@@ -61,13 +64,19 @@ func openSigningKey(path, name string, logger *slog.Logger) (*signingKey, bool, 
 	return k, created, nil
 }
 
+// readKeyFile reads a checkpoint signing key file: a small regular file
+// (keyfile.Read), returned with its permission bits.
+func readKeyFile(path string) ([]byte, fs.FileMode, error) {
+	return keyfile.Read("signing key file", path)
+}
+
 // repairPubFile makes sure the file pub holds the verifier key vkey,
 // rewriting it durably when it is missing, empty or holds anything else,
 // and logging why. A failure is logged, not returned: the private key is
 // what signs, and a key in a read-only directory (a mounted secret) must
 // not stop a start.
 func repairPubFile(pub, vkey string, logger *slog.Logger) {
-	b, err := os.ReadFile(pub)
+	b, _, err := keyfile.Read("verifier key file", pub)
 	var why string
 	switch {
 	case errors.Is(err, fs.ErrNotExist):

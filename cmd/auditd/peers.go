@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/auditd/auditd/checkers"
+	"github.com/auditd/auditd/internal/keyfile"
 	"github.com/auditd/auditd/ledger"
 )
 
@@ -81,7 +81,7 @@ func (c PeersConfig) peers(self note.Verifier) ([]checkers.Peer, error) {
 			if key != "" {
 				return nil, fmt.Errorf("config: checks.peers.list[%d]: key and key_file are exclusive", i)
 			}
-			b, err := os.ReadFile(pc.KeyFile)
+			b, _, err := keyfile.Read("peer key file", pc.KeyFile)
 			if err != nil {
 				return nil, fmt.Errorf("config: checks.peers.list[%d]: %w", i, err)
 			}

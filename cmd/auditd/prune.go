@@ -153,9 +153,9 @@ func openStopped(dataDir, keyFile, cpDir string, logw io.Writer) (*ledger.Store,
 	if keyFile == "" {
 		keyFile = filepath.Join(dataDir, "auditd.key")
 	}
-	b, err := os.ReadFile(keyFile)
+	b, _, err := readKeyFile(keyFile)
 	if err != nil {
-		return nil, fmt.Errorf("signing key: %w", err)
+		return nil, err
 	}
 	key, err := parseKey(strings.TrimSpace(string(b)))
 	if err != nil {

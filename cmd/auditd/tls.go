@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/auditd/auditd/internal/redirect"
 	"github.com/auditd/auditd/internal/tlsconf"
 )
 
@@ -120,7 +121,7 @@ func (f *clientTLSFlags) httpClient() (*http.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &http.Client{Transport: tlsconf.Transport(tc)}, nil
+	return &http.Client{Transport: tlsconf.Transport(tc), CheckRedirect: redirect.SameOrigin}, nil
 }
 
 // explainTLS adds what to do to the TLS errors a command's user can fix:

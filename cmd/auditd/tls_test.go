@@ -94,7 +94,11 @@ func TestTLSPeerAndWitnessConfig(t *testing.T) {
 	}
 	cfg = defaultConfig()
 	cfg.Witness.Witnesses = []WitnessEndpoint{{URL: "https://witness.example", VerifierKey: wkey, TLSCAFile: filepath.Join(dir, "nope.pem")}}
-	_, err = startWitnessing(nil, cfg, "log.example", &api.Options{}, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	_, lkey, err := note.GenerateKey(rand.Reader, "log.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = startWitnessing(nil, cfg, &signingKey{vkey: lkey}, &api.Options{}, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
 	if err == nil || !strings.Contains(err.Error(), "witness.witnesses[0] (https://witness.example)") || !strings.Contains(err.Error(), "nope.pem") {
 		t.Errorf("witness with a missing CA file: %v", err)
 	}

@@ -293,7 +293,7 @@ func exitCode(reports []*rederive.Report) int {
 // generated there, for reading.
 func openLedgerForVerify(dir string, logger *slog.Logger) (*ledger.Store, error) {
 	keyFile := filepath.Join(dir, "auditd.key")
-	b, err := os.ReadFile(keyFile)
+	b, _, err := readKeyFile(keyFile)
 	if err != nil {
 		return nil, fmt.Errorf("data dir %s: %w (verify reads the daemon's key to open its ledger)", dir, err)
 	}

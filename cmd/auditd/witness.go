@@ -1,15 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -19,6 +21,8 @@ import (
 
 	"github.com/auditd/auditd/api"
 	"github.com/auditd/auditd/client"
+	"github.com/auditd/auditd/internal/keyfile"
+	"github.com/auditd/auditd/internal/redirect"
 	"github.com/auditd/auditd/internal/tlsconf"
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/witness"
@@ -39,7 +43,10 @@ type WitnessConfig struct {
 	// KeyFile is this auditd's cosigning key as a witness (a
 	// cosignature/v1 key, separate from the checkpoint key), generated
 	// with mode 0600 if it does not exist, its verifier key in
-	// KeyFile.pub. Default DataDir/witness.key.
+	// KeyFile.pub. Default DataDir/witness.key. Like the checkpoint key it
+	// must be a regular file that only its owner can read or write
+	// (allow_insecure_key_file), and serve refuses a witness key that is
+	// the checkpoint key of this auditd or of a log in Logs.
 	KeyFile string `yaml:"key_file"`
 	// Name names a generated witness key (the name on its cosignature
 	// lines). Default "<checkpoint key name>/witness".
@@ -68,7 +75,7 @@ type WitnessEndpoint struct {
 // startWitnessing sets up both witness roles the config asks for, filling
 // in the API's options; the submitter stops before the ledger closes.
 func (d *instance) startWitnessing() error {
-	stop, err := startWitnessing(d.store, d.cfg, d.key.signer.Name(), &d.opts, d.metrics, d.log)
+	stop, err := startWitnessing(d.store, d.cfg, d.key, &d.opts, d.metrics, d.log)
 	if err != nil {
 		return err
 	}
@@ -79,11 +86,12 @@ func (d *instance) startWitnessing() error {
 }
 
 // startWitnessing sets up the add-checkpoint endpoint and the submitter of
-// this auditd's checkpoints. stop ends the submitter (nil without one).
-func startWitnessing(store *ledger.Store, cfg Config, keyName string, opts *api.Options, reg prometheus.Registerer, logger *slog.Logger) (stop func(), err error) {
+// this auditd's checkpoints, key being its checkpoint signing key. stop
+// ends the submitter (nil without one).
+func startWitnessing(store *ledger.Store, cfg Config, key *signingKey, opts *api.Options, reg prometheus.Registerer, logger *slog.Logger) (stop func(), err error) {
 	wc := cfg.Witness
 	if len(wc.Logs) > 0 {
-		srv, vkey, err := newWitnessServer(store, cfg, keyName, logger)
+		srv, vkey, err := newWitnessServer(store, cfg, key, logger)
 		if err != nil {
 			return nil, err
 		}
@@ -102,13 +110,17 @@ func startWitnessing(store *ledger.Store, cfg Config, keyName string, opts *api.
 		if err != nil {
 			return nil, fmt.Errorf("config: witness.witnesses[%d]: %w", i, err)
 		}
+		if samePublicKey(w.VerifierKey, key.vkey) {
+			return nil, fmt.Errorf("config: witness.witnesses[%d]: its verifier key %s is this auditd's checkpoint signing key: "+
+				"a witness must be independent of the log it cosigns; name a witness that signs with a key of its own", i, strings.TrimSpace(w.VerifierKey))
+		}
 		sw := submit.Witness{URL: w.URL, Verifier: v}
 		tc, err := clientTLS(fmt.Sprintf("witness.witnesses[%d] (%s)", i, w.URL), w.TLSCAFile, w.TLSClientCertFile, w.TLSClientKeyFile)
 		if err != nil {
 			return nil, err
 		}
 		if tc != nil {
-			sw.HTTP = &http.Client{Timeout: 10 * time.Second, Transport: tlsconf.Transport(tc)}
+			sw.HTTP = &http.Client{Timeout: 10 * time.Second, Transport: tlsconf.Transport(tc), CheckRedirect: redirect.SameOrigin}
 		}
 		ws = append(ws, sw)
 	}
@@ -136,7 +148,7 @@ func startWitnessing(store *ledger.Store, cfg Config, keyName string, opts *api.
 	return func() { cancel(); <-done }, nil
 }
 
-func newWitnessServer(store *ledger.Store, cfg Config, keyName string, logger *slog.Logger) (*server.Server, string, error) {
+func newWitnessServer(store *ledger.Store, cfg Config, key *signingKey, logger *slog.Logger) (*server.Server, string, error) {
 	wc := cfg.Witness
 	var logs []server.Log
 	for i, l := range wc.Logs {
@@ -151,10 +163,16 @@ func newWitnessServer(store *ledger.Store, cfg Config, keyName string, logger *s
 		path = filepath.Join(cfg.DataDir, "witness.key")
 	}
 	if name == "" {
-		name = keyName + "/witness"
+		name = key.signer.Name() + "/witness"
 	}
 	cosigner, err := loadOrCreateWitnessKey(path, name)
 	if err != nil {
+		return nil, "", err
+	}
+	if err := checkKeyMode("witness key", path, cfg.AllowInsecureKeyFile, logger); err != nil {
+		return nil, "", err
+	}
+	if err := checkWitnessIndependent(path, cosigner.VerifierKey(), key.vkey, wc.Logs); err != nil {
 		return nil, "", err
 	}
 	b, err := store.Bucket("witness")
@@ -168,10 +186,53 @@ func newWitnessServer(store *ledger.Store, cfg Config, keyName string, logger *s
 	return srv, cosigner.VerifierKey(), nil
 }
 
-// loadOrCreateWitnessKey reads the cosigning key at path, or creates it
-// (mode 0600, the verifier key in path+".pub").
+// checkWitnessIndependent refuses a witness key (the file path, its
+// verifier key wkey) that is the same Ed25519 key, under any name, as this
+// auditd's checkpoint signing key (verifier key ckey) or as the checkpoint
+// key of a log it witnesses: its cosignature would then vouch for
+// checkpoints signed by the same key, which proves nothing a witness is
+// for.
+func checkWitnessIndependent(path, wkey, ckey string, logs []WitnessedLog) error {
+	const why = "a witness must be independent of the log it cosigns; point witness.key_file at a key of its own (a missing file is generated)"
+	if samePublicKey(wkey, ckey) {
+		return fmt.Errorf("config: witness key %s is this auditd's checkpoint signing key (%s): %s", path, ckey, why)
+	}
+	for i, l := range logs {
+		if samePublicKey(wkey, l.VerifierKey) {
+			return fmt.Errorf("config: witness key %s is the checkpoint signing key of witness.logs[%d] (%s), the log it would cosign: %s", path, i, l.Origin, why)
+		}
+	}
+	return nil
+}
+
+// samePublicKey reports whether two signed-note verifier keys
+// ("<name>+<hash>+<base64(type || public key)>", of either type: a
+// checkpoint key 0x01, a cosignature/v1 key 0x04) hold the same Ed25519
+// public key, whatever their names and types.
+func samePublicKey(a, b string) bool {
+	pa, pb := ed25519Public(a), ed25519Public(b)
+	return pa != nil && bytes.Equal(pa, pb)
+}
+
+// ed25519Public is the Ed25519 public key of a signed-note verifier key,
+// nil if it holds none.
+func ed25519Public(vkey string) []byte {
+	parts := strings.SplitN(strings.TrimSpace(vkey), "+", 3) // base64 has + too
+	if len(parts) != 3 {
+		return nil
+	}
+	raw, err := base64.StdEncoding.DecodeString(parts[2])
+	if err != nil || len(raw) != 1+ed25519.PublicKeySize {
+		return nil
+	}
+	return raw[1:]
+}
+
+// loadOrCreateWitnessKey reads the cosigning key at path, a small regular
+// file (keyfile.Read), or creates it (mode 0600, the verifier key in
+// path+".pub"). checkKeyMode checks who else may read it.
 func loadOrCreateWitnessKey(path, name string) (*witness.Cosigner, error) {
-	b, err := os.ReadFile(path)
+	b, _, err := keyfile.Read("witness key file", path)
 	if errors.Is(err, fs.ErrNotExist) {
 		skey, vkey, gerr := witness.GenerateKey(rand.Reader, name)
 		if gerr != nil {
@@ -183,7 +244,7 @@ func loadOrCreateWitnessKey(path, name string) (*witness.Cosigner, error) {
 		b, err = []byte(skey), nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("witness key: %w", err)
+		return nil, err
 	}
 	k, err := witness.ParseKey(strings.TrimSpace(string(b)))
 	if err != nil {
@@ -201,7 +262,7 @@ type witnessPolicyFlags struct {
 func bindWitnessPolicyFlags(fs *flag.FlagSet, f *witnessPolicyFlags) {
 	fs.Func("witness-key", "cosignature/v1 verifier key of a witness the checkpoint must be cosigned by (repeatable; @FILE reads it from a file)", func(s string) error {
 		if strings.HasPrefix(s, "@") {
-			b, err := os.ReadFile(s[1:])
+			b, _, err := keyfile.Read("witness verifier key file", s[1:])
 			if err != nil {
 				return err
 			}

@@ -12,6 +12,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/auditd/auditd/internal/redirect"
 )
 
 // httpStore reads rows from an HTTP GET: a JSON array of objects, decoded
@@ -75,7 +77,8 @@ func openHTTP(c HTTPConfig) (*httpStore, error) {
 	return &httpStore{
 		// A transport of its own, so Close drops only this store's
 		// idle connections.
-		client:   &http.Client{Timeout: timeout, Transport: http.DefaultTransport.(*http.Transport).Clone()},
+		client: &http.Client{Timeout: timeout, Transport: http.DefaultTransport.(*http.Transport).Clone(),
+			CheckRedirect: redirect.SameOrigin}, // the headers go to the configured origin only
 		url:      url,
 		name:     name,
 		format:   c.Format,

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/mod/sumdb/note"
 
+	"github.com/auditd/auditd/internal/redirect"
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/merkle"
 	"github.com/auditd/auditd/witness"
@@ -109,7 +110,7 @@ func New(logs Logs, witnesses []Witness, opts Options) (*Submitter, error) {
 		seen[w.Verifier.Name()] = true
 	}
 	if opts.HTTP == nil {
-		opts.HTTP = &http.Client{Timeout: 10 * time.Second}
+		opts.HTTP = &http.Client{Timeout: 10 * time.Second, CheckRedirect: redirect.SameOrigin}
 	}
 	if opts.LogPoll <= 0 {
 		opts.LogPoll = time.Second

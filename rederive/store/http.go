@@ -12,6 +12,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/auditd/auditd/internal/redact"
 )
 
 // httpStore reads rows from an HTTP GET: a JSON array of objects, decoded
@@ -23,8 +25,9 @@ import (
 // application/json: an array), failing that its first byte ('[': an
 // array).
 //
-// Errors name the URL as configured, before ${VAR} expansion, so a token
-// in the URL stays out of logs and reports.
+// Errors name the URL as configured, before ${VAR} expansion and without
+// its password (redact.URL), so a secret in the URL stays out of logs,
+// reports and alerts.
 type httpStore struct {
 	client   *http.Client
 	url      string
@@ -39,7 +42,7 @@ type httpStore struct {
 var _ Store = (*httpStore)(nil)
 
 func openHTTP(c HTTPConfig) (*httpStore, error) {
-	name := "http " + c.URL
+	name := "http " + redact.URL(c.URL)
 	switch c.Format {
 	case "", "json", "ndjson":
 	default:
@@ -82,7 +85,7 @@ func openHTTP(c HTTPConfig) (*httpStore, error) {
 		keyField: key,
 		headers:  headers,
 		wmURL:    wmURL,
-		wmName:   "http " + c.WatermarkURL,
+		wmName:   "http " + redact.URL(c.WatermarkURL),
 	}, nil
 }
 
@@ -95,7 +98,8 @@ func (s *httpStore) Close() error {
 func (s *httpStore) get(ctx context.Context, target, name, accept string) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 	if err != nil {
-		return nil, storeError(ctx, name, err)
+		// url.Parse's error quotes the expanded URL.
+		return nil, storeError(ctx, name, redact.Error(err, target))
 	}
 	req.Header.Set("Accept", accept)
 	for k, v := range s.headers {

@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/auditd/auditd/internal/redact"
 )
 
 // Sink receives alert changes. The Manager calls Notify from one goroutine
@@ -57,16 +59,17 @@ type WebhookConfig struct {
 
 // Validate reports a configuration that can never deliver.
 func (c WebhookConfig) Validate() error {
+	// url.Parse's error quotes the URL: shown without its secrets.
 	u, err := url.Parse(c.URL)
 	if err != nil {
-		return fmt.Errorf("alert: webhook %s: url: %w", c.Name, err)
+		return fmt.Errorf("alert: webhook %s: url: %w", c.Name, redact.Error(err, c.URL))
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("alert: webhook %s: url %q is not an absolute http(s) URL", c.Name, c.URL)
+		return fmt.Errorf("alert: webhook %s: url %q is not an absolute http(s) URL", c.Name, redact.URL(c.URL))
 	}
 	if c.ExternalURL != "" {
 		if _, err := url.Parse(c.ExternalURL); err != nil {
-			return fmt.Errorf("alert: webhook %s: external url: %w", c.Name, err)
+			return fmt.Errorf("alert: webhook %s: external url: %w", c.Name, redact.Error(err, c.ExternalURL))
 		}
 	}
 	return nil
@@ -332,7 +335,7 @@ func (w *Webhook) post(ctx context.Context, body []byte) error {
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.cfg.URL, bytes.NewReader(body))
 	if err != nil {
-		return err
+		return redact.Error(err, w.cfg.URL)
 	}
 	for k, v := range w.cfg.Headers {
 		req.Header.Set(k, v)
@@ -341,7 +344,9 @@ func (w *Webhook) post(ctx context.Context, body []byte) error {
 	req.Header.Set("User-Agent", "auditd")
 	res, err := w.client.Do(req)
 	if err != nil {
-		return err
+		// net/http hides the password, not a token in the query or the
+		// user name.
+		return redact.Error(err, w.cfg.URL)
 	}
 	defer res.Body.Close()
 	snippet, _ := io.ReadAll(io.LimitReader(res.Body, 512))

@@ -52,8 +52,8 @@ type WebhookConfig struct {
 	InitialBackoff time.Duration
 	MaxBackoff     time.Duration
 	// ExternalURL is auditd's own base URL as its users reach it, sent as
-	// "externalURL"; an alert's "generatorURL" is
-	// ExternalURL + "/v1/alerts/" + id.
+	// "externalURL" (without a password, see redact.URL); an alert's
+	// "generatorURL" is ExternalURL + "/v1/alerts/" + id.
 	ExternalURL string
 }
 
@@ -111,7 +111,7 @@ func NewWebhook(cfg WebhookConfig) *Webhook {
 		cfg.MaxBackoff = 30 * time.Second
 	}
 	cfg.MaxBackoff = max(cfg.MaxBackoff, cfg.InitialBackoff)
-	cfg.ExternalURL = strings.TrimSuffix(cfg.ExternalURL, "/")
+	cfg.ExternalURL = strings.TrimSuffix(redact.URL(cfg.ExternalURL), "/") // a link, shown: no password
 	return &Webhook{cfg: cfg, client: &http.Client{Timeout: cfg.Timeout}}
 }
 

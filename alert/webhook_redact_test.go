@@ -41,3 +41,19 @@ func TestWebhookErrorsHideSecrets(t *testing.T) {
 		}
 	}
 }
+
+// TestWebhookExternalURLHidesPassword (issue 28): the externalURL and
+// generatorURL a webhook message carries show no password of the
+// configured external URL.
+func TestWebhookExternalURLHidesPassword(t *testing.T) {
+	const secret = "s3cr3t-PASS"
+	rc := newReceiver(t, nil)
+	w := alert.NewWebhook(alert.WebhookConfig{Name: "am", URL: rc.srv.URL + "/hook", ExternalURL: "https://ops:" + secret + "@auditd.example/"})
+	if err := w.Notify(context.Background(), []alert.Alert{{ID: "drift/b", Kind: alert.KindDrift, Summary: "s"}}); err != nil {
+		t.Fatal(err)
+	}
+	body := string(rc.next(t))
+	if strings.Contains(body, secret) || !strings.Contains(body, `"https://ops:xxxxx@auditd.example/v1/alerts/drift/b"`) {
+		t.Errorf("webhook body: %s", body)
+	}
+}

@@ -25,8 +25,9 @@ import (
 // carries a password, each failing (connection refused, 500): the password
 // is in no API answer (GET /v1/checks, /v1/logs/{log},
 // /v1/derivations/{n}/runs/latest, /v1/alerts), no metric, no log line,
-// no webhook body, nor the output of `auditd status`; the webhook receiver
-// is still sent it (the URL used to connect keeps it).
+// no webhook body, nor the output of `auditd status` and `auditd prove`;
+// the webhook receiver is still sent it (the URL used to connect keeps
+// it).
 func TestURLPasswordsNotShown(t *testing.T) {
 	const password = "s3cr3t-PASS"
 	auth := func(u string) string { return strings.Replace(u, "http://", "http://auditor:"+password+"@", 1) }
@@ -137,8 +138,11 @@ func TestURLPasswordsNotShown(t *testing.T) {
 	if code := runStatus([]string{"--server", auth(base), "--json"}, &statusJSON, io.Discard); code != 0 {
 		t.Errorf("status --json: exit %d", code)
 	}
-	var statusErr bytes.Buffer
+	var statusErr, proveOut bytes.Buffer
 	runStatus([]string{"--server", auth(closed)}, io.Discard, &statusErr)
+	if code := runProve([]string{"--server", auth(failing.URL), "--verifier-key", peerKey, "--log", "payments", "--id", "p-1"}, &proveOut, &proveOut); code == 0 {
+		t.Errorf("prove against a server that answers 500: exit 0")
+	}
 
 	metrics := get("/metrics")
 	mu.Lock()
@@ -157,6 +161,7 @@ func TestURLPasswordsNotShown(t *testing.T) {
 		"status":                                   status.String(),
 		"status --json":                            statusJSON.String(),
 		"status error":                             statusErr.String(),
+		"prove":                                    proveOut.String(),
 	}
 	for what, s := range shown {
 		if strings.Contains(s, password) {

@@ -109,3 +109,19 @@ func TestPeerHidesURLPassword(t *testing.T) {
 		t.Errorf("log %q: no warning about the peer that is this instance", logs.String())
 	}
 }
+
+// TestValidatePeersHidesURLPassword (issue 28): a refused peer list names
+// the peer's URL without its password, parsable or not.
+func TestValidatePeersHidesURLPassword(t *testing.T) {
+	v := newKey(t).verifier
+	for name, peers := range map[string][]checkers.Peer{
+		"not http":     {{URL: "ftp://auditor:" + urlPassword + "@host", Verifier: v}},
+		"bad port":     {{URL: "http://auditor:" + urlPassword + "@host:port", Verifier: v}},
+		"listed twice": {{URL: "http://auditor:" + urlPassword + "@host", Verifier: v}, {URL: "http://auditor:" + urlPassword + "@host/", Verifier: v}},
+	} {
+		err := checkers.ValidatePeers(peers)
+		if err == nil || strings.Contains(err.Error(), urlPassword) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}

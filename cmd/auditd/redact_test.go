@@ -179,3 +179,18 @@ func TestURLPasswordsNotShown(t *testing.T) {
 		t.Error("the webhook receiver was not sent the URL's password")
 	}
 }
+
+// TestPeersConfigHidesURLPassword (issue 28): a refused peer names its URL
+// without the password.
+func TestPeersConfigHidesURLPassword(t *testing.T) {
+	const u = "http://auditor:s3cr3t-PASS@b:1"
+	for name, pc := range map[string]PeerConfig{
+		"no key":  {URL: u},
+		"bad key": {URL: u, Key: "b.example+nothex+AAAA"},
+	} {
+		_, err := PeersConfig{List: []PeerConfig{pc}}.peers(nil)
+		if err == nil || strings.Contains(err.Error(), "s3cr3t-PASS") || !strings.Contains(err.Error(), "auditor:xxxxx@b:1") {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}

@@ -62,7 +62,9 @@ func kvPairs(s string) []kvPair {
 	return out
 }
 
-func isSpace(b byte) bool { return b == ' ' || b == '\t' || b == '\n' || b == '\r' || b == '\f' || b == '\v' }
+func isSpace(b byte) bool {
+	return b == ' ' || b == '\t' || b == '\n' || b == '\r' || b == '\f' || b == '\v'
+}
 
 // keyValue masks the secret values of a key=value DSN.
 func keyValue(s string) string {

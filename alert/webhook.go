@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/auditd/auditd/internal/redact"
 	"github.com/auditd/auditd/internal/redirect"
 )
 
@@ -52,23 +53,24 @@ type WebhookConfig struct {
 	InitialBackoff time.Duration
 	MaxBackoff     time.Duration
 	// ExternalURL is auditd's own base URL as its users reach it, sent as
-	// "externalURL"; an alert's "generatorURL" is
-	// ExternalURL + "/v1/alerts/" + id.
+	// "externalURL" (without a password, see redact.URL); an alert's
+	// "generatorURL" is ExternalURL + "/v1/alerts/" + id.
 	ExternalURL string
 }
 
 // Validate reports a configuration that can never deliver.
 func (c WebhookConfig) Validate() error {
+	// url.Parse's error quotes the URL: shown without its secrets.
 	u, err := url.Parse(c.URL)
 	if err != nil {
-		return fmt.Errorf("alert: webhook %s: url: %w", c.Name, err)
+		return fmt.Errorf("alert: webhook %s: url: %w", c.Name, redact.Error(err, c.URL))
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("alert: webhook %s: url %q is not an absolute http(s) URL", c.Name, c.URL)
+		return fmt.Errorf("alert: webhook %s: url %q is not an absolute http(s) URL", c.Name, redact.URL(c.URL))
 	}
 	if c.ExternalURL != "" {
 		if _, err := url.Parse(c.ExternalURL); err != nil {
-			return fmt.Errorf("alert: webhook %s: external url: %w", c.Name, err)
+			return fmt.Errorf("alert: webhook %s: external url: %w", c.Name, redact.Error(err, c.ExternalURL))
 		}
 	}
 	return nil
@@ -110,7 +112,7 @@ func NewWebhook(cfg WebhookConfig) *Webhook {
 		cfg.MaxBackoff = 30 * time.Second
 	}
 	cfg.MaxBackoff = max(cfg.MaxBackoff, cfg.InitialBackoff)
-	cfg.ExternalURL = strings.TrimSuffix(cfg.ExternalURL, "/")
+	cfg.ExternalURL = strings.TrimSuffix(redact.URL(cfg.ExternalURL), "/") // a link, shown: no password
 	return &Webhook{cfg: cfg, client: &http.Client{Timeout: cfg.Timeout, CheckRedirect: redirect.SameOrigin}}
 }
 
@@ -335,7 +337,7 @@ func (w *Webhook) post(ctx context.Context, body []byte) error {
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.cfg.URL, bytes.NewReader(body))
 	if err != nil {
-		return err
+		return redact.Error(err, w.cfg.URL)
 	}
 	for k, v := range w.cfg.Headers {
 		req.Header.Set(k, v)
@@ -344,7 +346,9 @@ func (w *Webhook) post(ctx context.Context, body []byte) error {
 	req.Header.Set("User-Agent", "auditd")
 	res, err := w.client.Do(req)
 	if err != nil {
-		return err
+		// net/http hides the password, not a token in the query or the
+		// user name.
+		return redact.Error(err, w.cfg.URL)
 	}
 	defer res.Body.Close()
 	snippet, _ := io.ReadAll(io.LimitReader(res.Body, 512))

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/auditd/auditd/client"
+	"github.com/auditd/auditd/internal/redact"
 	"github.com/auditd/auditd/internal/redirect"
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/merkle"
@@ -63,6 +64,10 @@ func (p Peer) Origin(log string) string {
 // key identifies a peer: its URL.
 func (p Peer) key() string { return strings.TrimRight(p.URL, "/") }
 
+// shown is the peer's URL as logs, metrics, findings and errors show it:
+// without its password (redact.URL).
+func (p Peer) shown() string { return redact.URL(p.URL) }
+
 // ErrPeerConfig reports a peer list that cannot be checked: a peer listed
 // twice, a peer without URL or key.
 var ErrPeerConfig = errors.New("checkers: peer configuration")
@@ -80,10 +85,10 @@ func ValidatePeers(peers []Peer) error {
 			return fmt.Errorf("%w: peer %d: url and key are required", ErrPeerConfig, i)
 		}
 		if u, err := url.Parse(p.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("%w: peer %d: url %q is not an http(s) URL", ErrPeerConfig, i, p.URL)
+			return fmt.Errorf("%w: peer %d: url %q is not an http(s) URL", ErrPeerConfig, i, redact.URL(p.URL))
 		}
 		if j, ok := seen[p.key()]; ok {
-			return fmt.Errorf("%w: peer %d (%s) is listed twice (also peer %d)", ErrPeerConfig, i, p.URL, j)
+			return fmt.Errorf("%w: peer %d (%s) is listed twice (also peer %d)", ErrPeerConfig, i, redact.URL(p.URL), j)
 		}
 		seen[p.key()] = i
 	}
@@ -188,7 +193,7 @@ const (
 )
 
 // peerMetrics say what the cross-check compared, by peer (the configured
-// URL: a bounded label).
+// URL without its password, Peer.shown: a bounded label).
 type peerMetrics struct {
 	comparisons *prometheus.CounterVec
 	agreed      *prometheus.GaugeVec
@@ -207,7 +212,7 @@ func newPeerMetrics(peers []Peer) *peerMetrics {
 	}
 	for _, p := range peers {
 		for _, r := range []string{peerAgree, peerFork, peerBad, peerRollback, peerUnsigned, peerSelf, peerError} {
-			m.comparisons.WithLabelValues(p.URL, r)
+			m.comparisons.WithLabelValues(p.shown(), r)
 		}
 	}
 	return m
@@ -230,7 +235,9 @@ func (c *PeerCheck) Run(ctx context.Context, p Progress) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			errs = append(errs, fmt.Errorf("peer %s: %w", peer.URL, err))
+			// Errors of the peer's client or of net/http may quote the
+			// URL or its password their own way.
+			errs = append(errs, redact.Error(fmt.Errorf("peer %s: %w", peer.shown(), err), peer.URL))
 		}
 	}
 	return errors.Join(errs...)
@@ -280,9 +287,9 @@ func (c *PeerCheck) checkLog(ctx context.Context, cl *client.Client, peer Peer, 
 		if ctx.Err() != nil && err != nil {
 			return // stopped, not compared
 		}
-		c.m.comparisons.WithLabelValues(peer.URL, result).Inc()
+		c.m.comparisons.WithLabelValues(peer.shown(), result).Inc()
 		if result == peerAgree {
-			c.m.agreed.WithLabelValues(peer.URL).Set(float64(agreed))
+			c.m.agreed.WithLabelValues(peer.shown()).Set(float64(agreed))
 		}
 	}()
 	l, err := c.store.Log(name)
@@ -313,7 +320,7 @@ func (c *PeerCheck) checkLog(ctx context.Context, cl *client.Client, peer Peer, 
 	if bad != "" {
 		result = peerBad
 		p.Found(Finding{Log: name, Kind: ledger.IntegrityPeerCheckpointBad,
-			Detail:   fmt.Sprintf("peer %s: %s", peer.URL, bad),
+			Detail:   fmt.Sprintf("peer %s: %s", peer.shown(), bad),
 			Evidence: []string{string(raw)}})
 		return nil
 	}
@@ -334,7 +341,7 @@ func (c *PeerCheck) checkLog(ctx context.Context, cl *client.Client, peer Peer, 
 		result = peerFork
 		p.Found(Finding{Log: name, Checkpoint: At(theirs.Size), Kind: ledger.IntegrityFork,
 			Detail: fmt.Sprintf("peer %s: our checkpoint of size %d (root %s) and the peer's of size %d (root %s) cannot both be true: %s",
-				peer.URL, mine.Size, mine.Root, theirs.Size, theirs.Root, detail),
+				peer.shown(), mine.Size, mine.Root, theirs.Size, theirs.Root, detail),
 			Evidence: []string{string(mine.Note), string(raw)}})
 		if signedByUs(peer, mine, theirs) {
 			c.forked(l, peer, mine, theirs, detail)
@@ -414,7 +421,7 @@ func (c *PeerCheck) fetchCheckpoint(ctx context.Context, peer Peer, name string)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxCheckpointBytes+1))
 	if err != nil {
-		return nil, nil, fmt.Errorf("GET %s: %w", u, err)
+		return nil, nil, fmt.Errorf("GET %s: %w", redact.URL(u), err)
 	}
 	if resp.StatusCode == http.StatusNotFound {
 		var e struct {
@@ -425,10 +432,10 @@ func (c *PeerCheck) fetchCheckpoint(ctx context.Context, peer Peer, name string)
 		}
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, nil, fmt.Errorf("GET %s: %s", u, resp.Status)
+		return nil, nil, fmt.Errorf("GET %s: %s", redact.URL(u), resp.Status)
 	}
 	if len(b) > maxCheckpointBytes {
-		return nil, nil, fmt.Errorf("GET %s: checkpoint larger than %d bytes", u, maxCheckpointBytes)
+		return nil, nil, fmt.Errorf("GET %s: checkpoint larger than %d bytes", redact.URL(u), maxCheckpointBytes)
 	}
 	return b, resp.Header, nil
 }
@@ -454,7 +461,7 @@ func (c *PeerCheck) forked(l *ledger.Log, peer Peer, mine, theirs *ledger.Signed
 	if same {
 		return
 	}
-	l.Forked("peer "+redactURL(peer.URL), fmt.Sprintf(
+	l.Forked("peer "+peer.shown(), fmt.Sprintf(
 		"our checkpoint of size %d (root %s) and the peer's of size %d (root %s), both signed by this instance's key, cannot both be true: %s",
 		mine.Size, mine.Root, theirs.Size, theirs.Root, detail))
 }

@@ -51,7 +51,7 @@ func (c *PeerCheck) checkHistory(ctx context.Context, cl *client.Client, peer Pe
 		rolledBack = true
 		p.Found(Finding{Log: name, Checkpoint: At(theirs.Size), Kind: IntegrityPeerRollback,
 			Detail: fmt.Sprintf("peer %s: its checkpoint of size %d (root %s) %s its earlier checkpoint of size %d (root %s)",
-				peer.URL, theirs.Size, theirs.Root, detail, prev.Size, prev.Root),
+				peer.shown(), theirs.Size, theirs.Root, detail, prev.Size, prev.Root),
 			Evidence: []string{string(prevRaw), string(raw)}})
 	}
 	switch {

@@ -3,7 +3,6 @@ package checkers
 import (
 	"log/slog"
 	"net/http"
-	"net/url"
 )
 
 // The headers by which an auditd API server names the instance that
@@ -76,19 +75,10 @@ func (c *PeerCheck) peerIdentity(peer Peer, h http.Header) string {
 	switch what {
 	case "self":
 		c.log.Warn("peer is this instance (it answers with this instance's identity): not compared with itself",
-			"checker", c.Name(), "peer", redactURL(peer.URL), "instance", c.self.ID)
+			"checker", c.Name(), "peer", peer.shown(), "instance", c.self.ID)
 	case "copy":
 		c.log.Warn("peer serves this data directory's identity from another process (a copy of this data directory?): compared as another instance",
-			"checker", c.Name(), "peer", redactURL(peer.URL), "instance", c.self.ID, "peer_run", theirs.Run)
+			"checker", c.Name(), "peer", peer.shown(), "instance", c.self.ID, "peer_run", theirs.Run)
 	}
 	return what
-}
-
-// redactURL is u without a password, for logs and alerts.
-func redactURL(u string) string {
-	p, err := url.Parse(u)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return p.Redacted()
 }

@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/mod/sumdb/note"
 
+	"github.com/auditd/auditd/internal/redact"
 	"github.com/auditd/auditd/internal/redirect"
 	"github.com/auditd/auditd/merkle"
 	"github.com/auditd/auditd/witness"
@@ -98,19 +99,20 @@ func (c *Client) get(ctx context.Context, path string, q url.Values) ([]byte, er
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return nil, err
+		return nil, redact.Error(err, c.base) // a parse error quotes the URL
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, err
+		// net/http hides the password, not a token in the query.
+		return nil, redact.Error(err, c.base)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", u, err)
+		return nil, fmt.Errorf("GET %s: %w", redact.URL(u), err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		status := errors.New(resp.Status)
@@ -121,9 +123,9 @@ func (c *Client) get(ctx context.Context, path string, q url.Values) ([]byte, er
 			Error string `json:"error"`
 		}
 		if json.Unmarshal(b, &e) == nil && e.Error != "" {
-			return nil, fmt.Errorf("GET %s: %w: %s", u, status, e.Error)
+			return nil, fmt.Errorf("GET %s: %w: %s", redact.URL(u), status, e.Error)
 		}
-		return nil, fmt.Errorf("GET %s: %w", u, status)
+		return nil, fmt.Errorf("GET %s: %w", redact.URL(u), status)
 	}
 	return b, nil
 }

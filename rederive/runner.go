@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/auditd/auditd/internal/redact"
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/rederive/compare"
 	"github.com/auditd/auditd/rederive/fold"
@@ -107,10 +108,13 @@ func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		rep.State, rep.ErrorKind, rep.Error = StateError, f.kind, f.err.Error()
+		// The store's errors name it without secrets; this guards against
+		// a library's error that quotes its URL or DSN.
+		err := redact.Error(f.err, sp.Store.Secrets()...)
+		rep.State, rep.ErrorKind, rep.Error = StateError, f.kind, err.Error()
 		rep.Seconds = time.Since(start).Seconds()
 		r.finish(rep)
-		logger.Error("derivation run failed", "derivation", rep.Derivation, "kind", f.kind, "err", f.err)
+		logger.Error("derivation run failed", "derivation", rep.Derivation, "kind", f.kind, "err", err)
 		return rep, nil
 	}
 

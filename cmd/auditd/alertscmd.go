@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/auditd/auditd/alert"
+	"github.com/auditd/auditd/internal/redact"
 )
 
 // runAlerts is `auditd alerts`: the server's alerts as a table (or JSON),
@@ -136,7 +137,7 @@ type fatalStreamError struct{ error }
 func streamOnce(ctx context.Context, c *statusClient, stdout io.Writer, asJSON bool, seen map[string]string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/v1/alerts/stream", nil)
 	if err != nil {
-		return fatalStreamError{err}
+		return fatalStreamError{redact.Error(err, c.base)}
 	}
 	req.Header.Set("Accept", "text/event-stream")
 	if c.token != "" {
@@ -144,7 +145,7 @@ func streamOnce(ctx context.Context, c *statusClient, stdout io.Writer, asJSON b
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return err
+		return redact.Error(err, c.base)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {

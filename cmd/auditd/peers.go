@@ -11,6 +11,7 @@ import (
 
 	"github.com/auditd/auditd/checkers"
 	"github.com/auditd/auditd/internal/keyfile"
+	"github.com/auditd/auditd/internal/redact"
 	"github.com/auditd/auditd/ledger"
 )
 
@@ -88,13 +89,13 @@ func (c PeersConfig) peers(self note.Verifier) ([]checkers.Peer, error) {
 			key = strings.TrimSpace(string(b))
 		}
 		if key == "" {
-			return nil, fmt.Errorf("config: checks.peers.list[%d] (%s): key or key_file is required", i, pc.URL)
+			return nil, fmt.Errorf("config: checks.peers.list[%d] (%s): key or key_file is required", i, redact.URL(pc.URL))
 		}
 		v, err := note.NewVerifier(key)
 		if err != nil {
-			return nil, fmt.Errorf("config: checks.peers.list[%d] (%s): key: %w", i, pc.URL, err)
+			return nil, fmt.Errorf("config: checks.peers.list[%d] (%s): key: %w", i, redact.URL(pc.URL), err)
 		}
-		tc, err := clientTLS(fmt.Sprintf("checks.peers.list[%d] (%s)", i, pc.URL), pc.TLSCAFile, pc.TLSClientCertFile, pc.TLSClientKeyFile)
+		tc, err := clientTLS(fmt.Sprintf("checks.peers.list[%d] (%s)", i, redact.URL(pc.URL)), pc.TLSCAFile, pc.TLSClientCertFile, pc.TLSClientKeyFile)
 		if err != nil {
 			return nil, err
 		}
@@ -107,7 +108,7 @@ func (c PeersConfig) peers(self note.Verifier) ([]checkers.Peer, error) {
 	for _, p := range out {
 		if self != nil && c.logger != nil && p.Verifier.Name() == self.Name() && p.Verifier.KeyHash() == self.KeyHash() {
 			c.logger.Info("peer signs with this instance's key: compared unless it answers as this instance; a fork with it puts the log read-only",
-				"peer", p.URL, "instance", c.self.ID)
+				"peer", redact.URL(p.URL), "instance", c.self.ID)
 		}
 	}
 	return out, nil

@@ -12,6 +12,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/auditd/auditd/internal/redact"
 )
 
 // statusClient reads a running auditd's JSON API with an optional read
@@ -31,14 +33,14 @@ var errNotConfigured = errors.New("not configured on this server")
 func (c *statusClient) get(ctx context.Context, path string, v any) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
 	if err != nil {
-		return "", err
+		return "", redact.Error(err, c.base) // a parse error quotes the URL
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return "", fmt.Errorf("GET %s: %w", path, err)
+		return "", fmt.Errorf("GET %s: %w", path, redact.Error(err, c.base))
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
@@ -95,7 +97,7 @@ type serverStatus struct {
 // log's own GET for its checkpoint and source), the derivations, the
 // checks and the firing alerts.
 func (c *statusClient) fetch(ctx context.Context, progress func(done, total int)) (*serverStatus, error) {
-	st := &serverStatus{Server: c.base}
+	st := &serverStatus{Server: redact.URL(c.base)}
 	var names []string
 	for path := "/v1/logs"; path != ""; {
 		var page []struct {

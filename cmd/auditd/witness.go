@@ -22,6 +22,7 @@ import (
 	"github.com/auditd/auditd/api"
 	"github.com/auditd/auditd/client"
 	"github.com/auditd/auditd/internal/keyfile"
+	"github.com/auditd/auditd/internal/redact"
 	"github.com/auditd/auditd/internal/redirect"
 	"github.com/auditd/auditd/internal/tlsconf"
 	"github.com/auditd/auditd/ledger"
@@ -115,7 +116,7 @@ func startWitnessing(store *ledger.Store, cfg Config, key *signingKey, opts *api
 				"a witness must be independent of the log it cosigns; name a witness that signs with a key of its own", i, strings.TrimSpace(w.VerifierKey))
 		}
 		sw := submit.Witness{URL: w.URL, Verifier: v}
-		tc, err := clientTLS(fmt.Sprintf("witness.witnesses[%d] (%s)", i, w.URL), w.TLSCAFile, w.TLSClientCertFile, w.TLSClientKeyFile)
+		tc, err := clientTLS(fmt.Sprintf("witness.witnesses[%d] (%s)", i, redact.URL(w.URL)), w.TLSCAFile, w.TLSClientCertFile, w.TLSClientKeyFile)
 		if err != nil {
 			return nil, err
 		}

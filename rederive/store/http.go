@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/auditd/auditd/internal/redact"
 	"github.com/auditd/auditd/internal/redirect"
 )
 
@@ -25,8 +26,9 @@ import (
 // application/json: an array), failing that its first byte ('[': an
 // array).
 //
-// Errors name the URL as configured, before ${VAR} expansion, so a token
-// in the URL stays out of logs and reports.
+// Errors name the URL as configured, before ${VAR} expansion and without
+// its password (redact.URL), so a secret in the URL stays out of logs,
+// reports and alerts.
 type httpStore struct {
 	client   *http.Client
 	url      string
@@ -41,7 +43,7 @@ type httpStore struct {
 var _ Store = (*httpStore)(nil)
 
 func openHTTP(c HTTPConfig) (*httpStore, error) {
-	name := "http " + c.URL
+	name := "http " + redact.URL(c.URL)
 	switch c.Format {
 	case "", "json", "ndjson":
 	default:
@@ -85,7 +87,7 @@ func openHTTP(c HTTPConfig) (*httpStore, error) {
 		keyField: key,
 		headers:  headers,
 		wmURL:    wmURL,
-		wmName:   "http " + c.WatermarkURL,
+		wmName:   "http " + redact.URL(c.WatermarkURL),
 	}, nil
 }
 
@@ -98,7 +100,8 @@ func (s *httpStore) Close() error {
 func (s *httpStore) get(ctx context.Context, target, name, accept string) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 	if err != nil {
-		return nil, storeError(ctx, name, err)
+		// url.Parse's error quotes the expanded URL.
+		return nil, storeError(ctx, name, redact.Error(err, target))
 	}
 	req.Header.Set("Accept", accept)
 	for k, v := range s.headers {

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/mod/sumdb/note"
 
+	"github.com/auditd/auditd/internal/redact"
 	"github.com/auditd/auditd/internal/redirect"
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/merkle"
@@ -249,6 +250,8 @@ func (s *Submitter) sleep(ctx context.Context, backoff *time.Duration) {
 
 func (s *Submitter) fail(log string, i int, err error) {
 	name := s.witnesses[i].Verifier.Name()
+	// An error of net/http or of url.Parse may quote the URL.
+	err = redact.Error(err, s.witnesses[i].URL)
 	s.submissions.WithLabelValues(name, "error").Inc()
 	s.mu.Lock()
 	st := s.state[log][i]
@@ -394,7 +397,7 @@ func (s *Submitter) Cosigned(log string, cp *ledger.SignedCheckpoint) []byte {
 // it.
 type Status struct {
 	Witness       string    `json:"witness"`
-	URL           string    `json:"url"`
+	URL           string    `json:"url"` // without its password (redact.URL)
 	CosignedSize  *uint64   `json:"cosigned_size"`
 	Lag           uint64    `json:"lag"`
 	Errors        uint64    `json:"errors"`
@@ -409,7 +412,7 @@ func (s *Submitter) Status(log string, size uint64) []Status {
 	defer s.mu.Unlock()
 	out := make([]Status, len(s.witnesses))
 	for i, w := range s.witnesses {
-		out[i] = Status{Witness: w.Verifier.Name(), URL: w.URL, Lag: size}
+		out[i] = Status{Witness: w.Verifier.Name(), URL: redact.URL(w.URL), Lag: size}
 		if st := s.stateOf(log, i); st != nil {
 			if st.have {
 				c := st.cosigned

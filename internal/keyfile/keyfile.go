@@ -27,6 +27,12 @@ const MaxSize = 64 << 10
 // than waited on, and checked after it is opened, so that what is read is
 // what was checked.
 func Read(what, path string) ([]byte, fs.FileMode, error) {
+	return ReadLimit(what, path, MaxSize)
+}
+
+// ReadLimit is Read with a bound of its own, for files that may be larger
+// than a key, such as a PEM bundle of CA certificates.
+func ReadLimit(what, path string, limit int64) ([]byte, fs.FileMode, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, 0, fmt.Errorf("%s: %w", what, err)
@@ -39,22 +45,22 @@ func Read(what, path string) ([]byte, fs.FileMode, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, 0, fmt.Errorf("%s %s is not a regular file (%s)", what, path, kind(fi.Mode()))
 	}
-	if fi.Size() > MaxSize {
-		return nil, 0, tooLarge(what, path)
+	if fi.Size() > limit {
+		return nil, 0, tooLarge(what, path, limit)
 	}
 	// A file may grow after Stat, and some (in /proc) report size 0.
-	b, err := io.ReadAll(io.LimitReader(f, MaxSize+1))
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
 		return nil, 0, fmt.Errorf("%s %s: %w", what, path, err)
 	}
-	if len(b) > MaxSize {
-		return nil, 0, tooLarge(what, path)
+	if int64(len(b)) > limit {
+		return nil, 0, tooLarge(what, path, limit)
 	}
 	return b, fi.Mode().Perm(), nil
 }
 
-func tooLarge(what, path string) error {
-	return fmt.Errorf("%s %s is larger than %d KiB: not a key or token file", what, path, MaxSize>>10)
+func tooLarge(what, path string, limit int64) error {
+	return fmt.Errorf("%s %s is larger than %d KiB", what, path, limit>>10)
 }
 
 // kind names a mode's file type for an error.

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/auditd/auditd/internal/keyfile"
 )
 
 // MinVersion is the oldest TLS version either side accepts.
@@ -203,11 +205,17 @@ func Transport(tc *tls.Config) *http.Transport {
 	return t
 }
 
+// maxPEMFile bounds a certificate or CA bundle file (Debian's whole CA
+// bundle is about 220 KiB); a key file is bounded by keyfile.MaxSize.
+// Like a key file, each must be a regular file: /dev/zero or a FIFO given
+// by mistake is refused, not read without end.
+const maxPEMFile = 4 << 20
+
 // readCAs reads a PEM bundle of CA certificates.
 func readCAs(path string) (*x509.CertPool, error) {
-	b, err := os.ReadFile(path)
+	b, _, err := keyfile.ReadLimit("tls: CA file", path, maxPEMFile)
 	if err != nil {
-		return nil, fmt.Errorf("tls: CA file: %w", err)
+		return nil, err
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(b) {
@@ -254,7 +262,15 @@ func (k *keyPair) stamp() fileStamp {
 
 // read loads and checks the pair.
 func (k *keyPair) read() (*tls.Certificate, error) {
-	c, err := tls.LoadX509KeyPair(k.certFile, k.keyFile)
+	certPEM, _, err := keyfile.ReadLimit("tls: certificate file", k.certFile, maxPEMFile)
+	if err != nil {
+		return nil, err
+	}
+	keyPEM, _, err := keyfile.Read("tls: key file", k.keyFile)
+	if err != nil {
+		return nil, err
+	}
+	c, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		return nil, fmt.Errorf("tls: certificate %s with key %s: %w", k.certFile, k.keyFile, err)
 	}

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
@@ -245,6 +246,10 @@ func TestStartRefusals(t *testing.T) {
 	_, otherKey := ca.Server(t).Write(t, dir, "b")
 	empty := filepath.Join(dir, "empty.pem")
 	os.WriteFile(empty, nil, 0o600)
+	fifo := filepath.Join(dir, "fifo.pem")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name  string
 		files ServerFiles
@@ -256,6 +261,11 @@ func TestStartRefusals(t *testing.T) {
 		{"key only", ServerFiles{KeyFile: key}, "give both or neither"},
 		{"empty client CA file", ServerFiles{CertFile: cert, KeyFile: key, ClientCAFile: empty}, "holds no PEM certificate"},
 		{"missing client CA file", ServerFiles{CertFile: cert, KeyFile: key, ClientCAFile: filepath.Join(dir, "nope.pem")}, "no such file"},
+		// Not small regular files: refused at once, never read without end
+		// or waited on (before, /dev/zero was read until memory ran out).
+		{"key file /dev/zero", ServerFiles{CertFile: cert, KeyFile: "/dev/zero"}, "key file /dev/zero is not a regular file"},
+		{"certificate file a FIFO", ServerFiles{CertFile: fifo, KeyFile: key}, "is not a regular file"},
+		{"client CA file /dev/zero", ServerFiles{CertFile: cert, KeyFile: key, ClientCAFile: "/dev/zero"}, "is not a regular file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := NewServer(tc.files, nil)

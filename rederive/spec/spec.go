@@ -205,6 +205,9 @@ func Parse(file string, data []byte) ([]*Spec, error) {
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return nil, joinErrors([]*Error{yamlSyntaxError(file, err)})
 	}
+	if e := checkAliasing(file, &root); e != nil {
+		return nil, joinErrors([]*Error{e})
+	}
 	top := &root
 	if top.Kind == yaml.DocumentNode && len(top.Content) == 1 {
 		top = top.Content[0]
@@ -254,7 +257,16 @@ func Parse(file string, data []byte) ([]*Spec, error) {
 			}
 		}
 	}
+	if d.tooBig != nil {
+		return nil, joinErrors([]*Error{d.tooBig}) // the rest is cut short
+	}
 	errs := d.errs
+	if n := celSourceBytes(specs); n > len(data)+specMaxAliasedCEL {
+		// Aliases repeat expressions: each copy would be compiled.
+		e := &Error{File: file, Msg: fmt.Sprintf("aliases (*name) and merge keys (<<) repeat the derivations' CEL expressions to %d bytes, "+
+			"more than the file's %d bytes plus %d: write the expressions out", n, len(data), specMaxAliasedCEL)}
+		return nil, joinErrors(append(errs, e))
+	}
 	seen := make(map[string]*Spec)
 	for _, s := range specs {
 		errs = append(errs, s.check()...)
@@ -272,9 +284,25 @@ func Parse(file string, data []byte) ([]*Spec, error) {
 	}
 	if len(errs) > 0 {
 		sortSpecErrors(errs)
+		if len(errs) > specMaxErrors {
+			errs = append(errs[:specMaxErrors:specMaxErrors], &Error{File: file, Msg: fmt.Sprintf("more than %d errors; the rest are not shown", specMaxErrors)})
+		}
 		return nil, joinErrors(errs)
 	}
 	return specs, nil
+}
+
+// specMaxAliasedCEL bounds how far aliases may grow the CEL source a file
+// compiles beyond the file's own size.
+const specMaxAliasedCEL = 64 << 10
+
+// celSourceBytes is the length of every CEL expression of specs.
+func celSourceBytes(specs []*Spec) int {
+	n := 0
+	for _, s := range specs {
+		n += len(s.Filter) + len(s.Key) + len(s.Initial) + len(s.Step) + len(s.AllKeys) + len(s.StepAll) + len(s.Value)
+	}
+	return n
 }
 
 func sortSpecErrors(errs []*Error) {

@@ -15,14 +15,14 @@ import (
 // yamlDecoder decodes YAML nodes into Go values, checking fields and types
 // itself so that each error carries the position of its node.
 type yamlDecoder struct {
-	file  string
-	deriv string // name of the derivation being decoded, for errors
-	errs  []*Error
-	pos   map[string]*yaml.Node
-	bad   map[string]bool
+	file   string
+	deriv  string // name of the derivation being decoded, for errors
+	errs   []*Error
+	pos    map[string]*yaml.Node
+	bad    map[string]bool
 	nodes  int    // nodes visited and pairs merged, bounding alias and merge expansion
 	tooBig *Error // set once nodes passes specMaxNodes: the walk stopped there
-	depth int // nesting of decode, bounding recursion through aliases
+	depth  int    // nesting of decode, bounding recursion through aliases
 	// merging holds the mappings whose merge keys are being expanded, so a
 	// mapping that merges itself (directly or through others) is an error,
 	// not an endless recursion.

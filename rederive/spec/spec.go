@@ -19,6 +19,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/auditd/auditd/rederive/cel"
 	"github.com/auditd/auditd/rederive/compare"
 	"github.com/auditd/auditd/rederive/store"
 )
@@ -86,6 +87,11 @@ type Spec struct {
 	// or step failed) a run tolerates before it fails with ErrBudget
 	// (default 100; 0 fails on the first).
 	ErrorBudget int `yaml:"error_budget"`
+	// CostLimit bounds the CEL cost of one evaluation of one expression
+	// (a filter, a key, a step for one key; default 1,000,000): an event
+	// whose evaluation costs more is a derivation error, counted against
+	// ErrorBudget.
+	CostLimit int `yaml:"cost_limit"`
 	// Interval is how often the daemon runs an incremental check (default
 	// 1m).
 	Interval store.Duration `yaml:"interval"`
@@ -110,6 +116,7 @@ const (
 	specDefaultConfirmRuns  = 2
 	specDefaultLineage      = 5
 	specDefaultErrorBudget  = 100
+	specDefaultCostLimit    = cel.DefaultCostLimit
 	specDefaultInterval     = time.Minute
 	specDefaultFullInterval = time.Hour
 )
@@ -435,6 +442,9 @@ func (s *Spec) checkSettings() []*Error {
 	if s.Lineage < 0 {
 		add("lineage", "lineage must be >= 0, got %d", s.Lineage)
 	}
+	if s.CostLimit < 1 {
+		add("cost_limit", "cost_limit must be at least 1, got %d", s.CostLimit)
+	}
 	if s.ErrorBudget < 0 {
 		add("error_budget", "error_budget must be >= 0, got %d", s.ErrorBudget)
 	}
@@ -548,6 +558,9 @@ func (s *Spec) applyDefaults() {
 	}
 	if !present("error_budget") {
 		s.ErrorBudget = specDefaultErrorBudget
+	}
+	if !present("cost_limit") {
+		s.CostLimit = specDefaultCostLimit
 	}
 	if !present("interval") {
 		s.Interval = store.Duration(specDefaultInterval)

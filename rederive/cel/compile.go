@@ -287,7 +287,11 @@ const estimateSize = 1 << 20
 // unmetered (a sum, a comparison, a map literal: the folds' hot path); any
 // other is metered and stopped past limit.
 func newCELProgram(env *cel.Env, ast *cel.Ast, limit uint64) (*celProgram, error) {
-	opts := []cel.ProgramOption{cel.EvalOptions(cel.OptOptimize), cel.InterruptCheckFrequency(interruptEvery)}
+	loops := hasComprehension(ast.NativeRep().Expr())
+	opts := []cel.ProgramOption{cel.EvalOptions(cel.OptOptimize)}
+	if loops {
+		opts = append(opts, cel.InterruptCheckFrequency(interruptEvery))
+	}
 	if est, err := env.EstimateCost(ast, sizeEstimator{}); err != nil || est.Max > limit {
 		opts = append(opts, cel.CostLimit(limit))
 	}
@@ -295,7 +299,7 @@ func newCELProgram(env *cel.Env, ast *cel.Ast, limit uint64) (*celProgram, error
 	if err != nil {
 		return nil, err
 	}
-	return &celProgram{Program: prg, loops: hasComprehension(ast.NativeRep().Expr())}, nil
+	return &celProgram{Program: prg, loops: loops}, nil
 }
 
 // sizeEstimator bounds every value's size by estimateSize for the

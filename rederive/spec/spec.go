@@ -90,7 +90,7 @@ type Spec struct {
 	// CostLimit bounds the CEL cost of one evaluation of one expression
 	// (a filter, a key, a step for one key; default 1,000,000): an event
 	// whose evaluation costs more is a derivation error, counted against
-	// ErrorBudget.
+	// ErrorBudget. 0 in a Spec built in Go: the default.
 	CostLimit int `yaml:"cost_limit"`
 	// Interval is how often the daemon runs an incremental check (default
 	// 1m).
@@ -442,7 +442,7 @@ func (s *Spec) checkSettings() []*Error {
 	if s.Lineage < 0 {
 		add("lineage", "lineage must be >= 0, got %d", s.Lineage)
 	}
-	if s.CostLimit < 1 {
+	if s.CostLimit < 0 || s.CostLimit == 0 && s.pos["cost_limit"] != nil { // 0 in Go: the default
 		add("cost_limit", "cost_limit must be at least 1, got %d", s.CostLimit)
 	}
 	if s.ErrorBudget < 0 {

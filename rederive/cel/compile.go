@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/checker"
+	"cel.dev/cel-go/common/ast"
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/ext"
@@ -25,14 +27,16 @@ type celDerivation struct {
 	sources []string
 	raw     bool // decode: raw
 
-	filter  cel.Program // nil: every event applies
-	key     cel.Program
-	initial cel.Program
-	step    cel.Program
+	filter  *celProgram // nil: every event applies
+	key     *celProgram
+	initial *celProgram
+	step    *celProgram
 
-	allKeys cel.Program // nil: no event applies to every key
-	stepAll cel.Program // with allKeys
-	value   cel.Program // nil: a state is its own value
+	allKeys *celProgram // nil: no event applies to every key
+	stepAll *celProgram // with allKeys
+	value   *celProgram // nil: a state is its own value
+
+	costLimit uint64 // of one evaluation of an expression
 
 	initialConst ref.Val // initial's value when it does not use key
 	usesMeta     bool    // filter, key, step, all_keys or step_all reads meta
@@ -116,7 +120,22 @@ type Expressions struct {
 	// Value (optional, over state and key) maps a key's state to the value
 	// exported for comparison.
 	Value string
+	// CostLimit bounds the CEL cost of one evaluation of one expression
+	// (a filter, a key, a step for one key): past it the evaluation stops
+	// with an error, that event's derivation error. 0: DefaultCostLimit.
+	CostLimit uint64
 }
+
+// DefaultCostLimit is the CostLimit of Expressions that set none. CEL
+// counts about one unit per operation and per element or byte a function
+// walks: the folds of the documentation's examples cost under 100 per
+// event, a step walking a state of 10,000 entries about 30,000.
+const DefaultCostLimit = 1_000_000
+
+// interruptEvery is how many iterations of a comprehension (map, filter,
+// all, exists...) pass between checks of the fold's context, so that a
+// cancelled fold stops an evaluation in progress.
+const interruptEvery = 1000
 
 // ExprError is an error in one of a derivation's expressions.
 type Error struct {
@@ -156,7 +175,10 @@ func compile(x Expressions) (*celDerivation, []*Error) {
 	if err != nil {
 		return nil, []*Error{{Msg: fmt.Sprintf("cel environment: %v", err)}}
 	}
-	d := &celDerivation{name: x.Name, sources: slices.Clone(x.Sources), raw: x.Raw}
+	d := &celDerivation{name: x.Name, sources: slices.Clone(x.Sources), raw: x.Raw, costLimit: x.CostLimit}
+	if d.costLimit == 0 {
+		d.costLimit = DefaultCostLimit
+	}
 	var errs []*Error
 	errAt := func(field, format string, args ...any) {
 		errs = append(errs, &Error{Field: field, Msg: fmt.Sprintf(format, args...)})
@@ -176,16 +198,16 @@ func compile(x Expressions) (*celDerivation, []*Error) {
 		}
 		return ast
 	}
-	program := func(env *cel.Env, field string, ast *cel.Ast) cel.Program {
+	program := func(env *cel.Env, field string, ast *cel.Ast) *celProgram {
 		if ast == nil {
 			return nil
 		}
-		prg, err := env.Program(ast, cel.EvalOptions(cel.OptOptimize))
+		p, err := newCELProgram(env, ast, d.costLimit)
 		if err != nil {
 			errAt(field, "%v", err)
 			return nil
 		}
-		return prg
+		return p
 	}
 
 	filter := compile(envs.event, "filter", x.Filter)
@@ -234,7 +256,7 @@ func compile(x Expressions) (*celDerivation, []*Error) {
 	}
 
 	if initial != nil && d.initial != nil && !celReferences(initial, "key") {
-		v, err := d.eval(d.initial, &celActivation{})
+		v, err := d.eval(nil, d.initial, &celActivation{})
 		if err != nil {
 			errAt("initial", "%v", err)
 		}
@@ -245,6 +267,62 @@ func compile(x Expressions) (*celDerivation, []*Error) {
 		return nil, errs
 	}
 	return d, nil
+}
+
+// celProgram is a compiled expression.
+type celProgram struct {
+	cel.Program
+	// loops: the expression has a comprehension, the one part of an
+	// evaluation that can run long; it checks the fold's context.
+	loops bool
+}
+
+// estimateSize is the size (bytes of a string, elements of a list or map)
+// the cost estimate assumes of every value: an expression that costs at
+// most the limit with values of up to this size is not metered.
+const estimateSize = 1 << 20
+
+// newCELProgram plans ast for evaluation. An expression whose estimated
+// worst case, with values of up to estimateSize, is within limit runs
+// unmetered (a sum, a comparison, a map literal: the folds' hot path); any
+// other is metered and stopped past limit.
+func newCELProgram(env *cel.Env, ast *cel.Ast, limit uint64) (*celProgram, error) {
+	loops := hasComprehension(ast.NativeRep().Expr())
+	opts := []cel.ProgramOption{cel.EvalOptions(cel.OptOptimize)}
+	if loops {
+		opts = append(opts, cel.InterruptCheckFrequency(interruptEvery))
+	}
+	if est, err := env.EstimateCost(ast, sizeEstimator{}); err != nil || est.Max > limit {
+		opts = append(opts, cel.CostLimit(limit))
+	}
+	prg, err := env.Program(ast, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &celProgram{Program: prg, loops: loops}, nil
+}
+
+// sizeEstimator bounds every value's size by estimateSize for the
+// cost estimate, and leaves call costs to CEL's model.
+type sizeEstimator struct{}
+
+func (sizeEstimator) EstimateSize(checker.AstNode) *checker.SizeEstimate {
+	return &checker.SizeEstimate{Min: 0, Max: estimateSize}
+}
+
+func (sizeEstimator) EstimateCallCost(string, string, *checker.AstNode, []checker.AstNode) *checker.CallEstimate {
+	return nil
+}
+
+// hasComprehension reports whether e holds a comprehension.
+func hasComprehension(e ast.Expr) bool {
+	found := false
+	ast.PreOrderVisit(e, ast.NewExprVisitor(func(e ast.Expr) {
+		if e.Kind() == ast.ComprehensionKind {
+			found = true
+		}
+	}))
+	return found
 }
 
 // celKeyType reports whether t can be a key expression's type.

@@ -1,6 +1,7 @@
 package cel
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -51,21 +52,40 @@ func (a *celActivation) ResolveName(name string) (any, bool) {
 
 func (a *celActivation) Parent() interpreter.Activation { return nil }
 
-// eval runs a program, turning error values and panics into errors.
-func (d *celDerivation) eval(prg cel.Program, act *celActivation) (out ref.Val, err error) {
+// eval runs a program, turning error values and panics into errors. A
+// comprehension in progress stops when ctx ends (nil: never); every
+// evaluation stops past the cost limit.
+func (d *celDerivation) eval(ctx context.Context, prg *celProgram, act *celActivation) (out ref.Val, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			out, err = nil, fmt.Errorf("internal error: %v", r)
 		}
 	}()
-	out, _, err = prg.Eval(act)
+	if prg.loops && ctx != nil && ctx.Done() != nil {
+		out, _, err = prg.ContextEval(ctx, act)
+	} else {
+		out, _, err = prg.Eval(act)
+	}
 	if err != nil {
+		var ce interpreter.EvalCancelledError
+		if errors.As(err, &ce) && ce.Cause == interpreter.CostLimitExceeded {
+			return nil, &CostLimitError{Limit: d.costLimit}
+		}
 		return nil, err
 	}
 	if types.IsUnknown(out) {
 		return nil, errors.New("unknown value")
 	}
 	return out, nil
+}
+
+// CostLimitError is the error of an evaluation stopped by the cost limit.
+type CostLimitError struct {
+	Limit uint64
+}
+
+func (e *CostLimitError) Error() string {
+	return fmt.Sprintf("evaluation stopped at the cost limit of %d (the derivation's cost_limit: raise it if the expression is meant to cost this much)", e.Limit)
 }
 
 // celEvent is the decoded form Prepare hands to Step.
@@ -120,12 +140,12 @@ func (d *celDerivation) Prepare(ev *fold.Event) (keys []string, decoded any, err
 		p.meta = newCELMeta(ev)
 	}
 	if d.filter != nil {
-		if pass, err := d.filterCEL(&p.celActivation); err != nil || !pass {
+		if pass, err := d.filterCEL(ev.Context(), &p.celActivation); err != nil || !pass {
 			return nil, nil, err
 		}
 	}
 	if d.allKeys != nil {
-		out, err := d.eval(d.allKeys, &p.celActivation)
+		out, err := d.eval(ev.Context(), d.allKeys, &p.celActivation)
 		if err != nil {
 			return nil, nil, fmt.Errorf("all_keys: %w", err)
 		}
@@ -137,7 +157,7 @@ func (d *celDerivation) Prepare(ev *fold.Event) (keys []string, decoded any, err
 			return nil, fold.AllKeys{Decoded: p}, nil
 		}
 	}
-	keys, err = d.keyCEL(p)
+	keys, err = d.keyCEL(ev.Context(), p)
 	if err != nil || len(keys) == 0 {
 		return nil, nil, err
 	}
@@ -145,8 +165,8 @@ func (d *celDerivation) Prepare(ev *fold.Event) (keys []string, decoded any, err
 }
 
 // filterCEL runs the filter expression.
-func (d *celDerivation) filterCEL(act *celActivation) (bool, error) {
-	out, err := d.eval(d.filter, act)
+func (d *celDerivation) filterCEL(ctx context.Context, act *celActivation) (bool, error) {
+	out, err := d.eval(ctx, d.filter, act)
 	if err != nil {
 		return false, fmt.Errorf("filter: %w", err)
 	}
@@ -158,8 +178,8 @@ func (d *celDerivation) filterCEL(act *celActivation) (bool, error) {
 }
 
 // keyCEL runs the key expression, keeping its value in p.
-func (d *celDerivation) keyCEL(p *celEvent) ([]string, error) {
-	out, err := d.eval(d.key, &p.celActivation)
+func (d *celDerivation) keyCEL(ctx context.Context, p *celEvent) ([]string, error) {
+	out, err := d.eval(ctx, d.key, &p.celActivation)
 	if err != nil {
 		return nil, fmt.Errorf("key: %w", err)
 	}
@@ -218,7 +238,7 @@ func (d *celDerivation) Initial(key string) (fold.State, error) {
 	if d.initialConst != nil {
 		return d.initialConst, nil
 	}
-	out, err := d.eval(d.initial, &celActivation{key: types.String(key)})
+	out, err := d.eval(nil, d.initial, &celActivation{key: types.String(key)})
 	if err != nil {
 		return nil, fmt.Errorf("initial: %w", err)
 	}
@@ -232,14 +252,14 @@ func (d *celDerivation) Step(state fold.State, decoded any, ev *fold.Event, key 
 		return nil, fmt.Errorf("step: state is %T, want a CEL value", state)
 	}
 	if p, ok := decoded.(*fastEvent); ok {
-		return d.stepFast(st, p, key)
+		return d.stepFast(ev.Context(), st, p, key)
 	}
 	if ak, ok := decoded.(fold.AllKeys); ok {
 		p, ok := ak.Decoded.(*celEvent)
 		if !ok || d.stepAll == nil {
 			return nil, fmt.Errorf("step_all: decoded event is %T, want one from Prepare", ak.Decoded)
 		}
-		out, err := d.eval(d.stepAll, &celActivation{event: p.event, meta: p.meta, state: st, key: types.String(key)})
+		out, err := d.eval(ev.Context(), d.stepAll, &celActivation{event: p.event, meta: p.meta, state: st, key: types.String(key)})
 		if err != nil {
 			return nil, fmt.Errorf("step_all: %w", err)
 		}
@@ -249,7 +269,7 @@ func (d *celDerivation) Step(state fold.State, decoded any, ev *fold.Event, key 
 	if !ok {
 		return nil, fmt.Errorf("step: decoded event is %T, want one from Prepare", decoded)
 	}
-	out, err := d.eval(d.step, &celActivation{event: p.event, meta: p.meta, state: st, key: p.keyVal(key)})
+	out, err := d.eval(ev.Context(), d.step, &celActivation{event: p.event, meta: p.meta, state: st, key: p.keyVal(key)})
 	if err != nil {
 		return nil, errStep(err)
 	}
@@ -290,7 +310,7 @@ func (d *celDerivation) ExportKey(key string, state fold.State) (v any, err erro
 		return nil, fmt.Errorf("export: state is %T, want a CEL value", state)
 	}
 	if d.value != nil {
-		if st, err = d.eval(d.value, &celActivation{state: st, key: types.String(key)}); err != nil {
+		if st, err = d.eval(nil, d.value, &celActivation{state: st, key: types.String(key)}); err != nil {
 			return nil, fmt.Errorf("export: value: %w", err)
 		}
 	}

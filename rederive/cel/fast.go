@@ -1,6 +1,7 @@
 package cel
 
 import (
+	"context"
 	"math"
 	"strings"
 	"unsafe"
@@ -107,7 +108,7 @@ func (d *celDerivation) prepareFast(ev *fold.Event) (keys []string, decoded any,
 			if (p.vals[c.field].str == c.text) == c.not {
 				return nil, nil, nil, true
 			}
-		} else if pass, err := d.filterCEL(&p.celEvent(pl.fields).celActivation); err != nil || !pass {
+		} else if pass, err := d.filterCEL(ev.Context(), &p.celEvent(pl.fields).celActivation); err != nil || !pass {
 			return nil, nil, err, true
 		}
 	}
@@ -115,7 +116,7 @@ func (d *celDerivation) prepareFast(ev *fold.Event) (keys []string, decoded any,
 		p.keys[0] = p.vals[pl.key].str
 		return p.keys[:], p, nil, true
 	}
-	keys, err = d.keyCEL(p.celEvent(pl.fields))
+	keys, err = d.keyCEL(ev.Context(), p.celEvent(pl.fields))
 	if err != nil || len(keys) == 0 {
 		return nil, nil, err, true
 	}
@@ -140,7 +141,7 @@ func newCELMetaIf(uses bool, ev *fold.Event) ref.Val {
 }
 
 // stepFast is Step on an event the fast path prepared.
-func (d *celDerivation) stepFast(st ref.Val, p *fastEvent, key string) (fold.State, error) {
+func (d *celDerivation) stepFast(ctx context.Context, st ref.Val, p *fastEvent, key string) (fold.State, error) {
 	if a := d.plan.step; a != nil {
 		if out, ok := a.apply(st, p.vals); ok {
 			return out, nil
@@ -151,7 +152,7 @@ func (d *celDerivation) stepFast(st ref.Val, p *fastEvent, key string) (fold.Sta
 		// Not stored: Steps of the event's keys may run at once.
 		c = &celEvent{celActivation: celActivation{event: p.object(d.plan.fields)}}
 	}
-	out, err := d.eval(d.step, &celActivation{event: c.event, meta: c.meta, state: st, key: c.keyVal(key)})
+	out, err := d.eval(ctx, d.step, &celActivation{event: c.event, meta: c.meta, state: st, key: c.keyVal(key)})
 	if err != nil {
 		return nil, errStep(err)
 	}

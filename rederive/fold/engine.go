@@ -163,7 +163,7 @@ func Fold(ctx context.Context, d Derivation, base *Result, spans []Span, o Optio
 		wg.Go(func() { sh.run(fctx) })
 	}
 	var prepErrs []foldError
-	p := &pipeline{d: d, spans: spans, workers: w, shards: w, progress: o.Progress, seed: seed}
+	p := &pipeline{d: d, spans: spans, workers: w, shards: w, progress: o.Progress, seed: seed, evalCtx: fctx}
 	events, err := p.run(fctx, func(ctx context.Context, b *batch) error {
 		for _, e := range b.errs {
 			if len(prepErrs) < maxErrors {
@@ -515,6 +515,9 @@ func (sh *shard) run(ctx context.Context) {
 			}
 			next, err := d.Step(cur, st.dec, &st.e.Event, st.key)
 			if err != nil {
+				if ctx.Err() != nil {
+					return // interrupted: not the event's error
+				}
 				sh.fail(st, err)
 				continue
 			}
@@ -564,6 +567,9 @@ func (sh *shard) stepAll(st *step) {
 	sh.keys.each(func(k string, sl *slot) {
 		next, err := d.Step(sl.state, st.dec, &e.Event, k)
 		if err != nil {
+			if e.Context().Err() != nil {
+				return // interrupted: not the event's error
+			}
 			errs = append(errs, foldError{EventError: EventError{Log: e.Log, Index: e.Index, Key: k, Err: err.Error()}, all: true})
 			return
 		}

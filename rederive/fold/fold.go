@@ -30,6 +30,19 @@ type Event struct {
 	Time    time.Time
 	Source  *merkle.Source
 	Payload []byte
+
+	ctx context.Context // the fold's; nil: context.Background
+}
+
+// Context is the context of the fold that reads the event: it ends when
+// the fold is cancelled or fails, so that a derivation can stop an
+// evaluation that runs long. It is never nil (context.Background for an
+// Event made outside a fold).
+func (e *Event) Context() context.Context {
+	if e.ctx == nil {
+		return context.Background()
+	}
+	return e.ctx
 }
 
 // State is a derivation's state for one key. Its concrete type belongs to

@@ -91,7 +91,8 @@ func Explain(ctx context.Context, d Derivation, spans []Span, keys map[string]bo
 	trails := make(map[string]*trail, len(keys))
 	p := &pipeline{
 		d: d, spans: spans, workers: w, shards: 1, progress: o.Progress, seed: maphash.MakeSeed(),
-		want: func(k string) bool { return keys[k] },
+		want:    func(k string) bool { return keys[k] },
+		evalCtx: ctx,
 	}
 	_, err = p.run(ctx, func(_ context.Context, b *batch) error {
 		for i := range b.steps[0] {

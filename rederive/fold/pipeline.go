@@ -58,6 +58,9 @@ type pipeline struct {
 	want     func(key string) bool // nil: every key
 	progress func(done, total uint64)
 	seed     maphash.Seed
+	// evalCtx is the events' Context: the fold's, which outlives the
+	// pipeline's own (steps run after the last batch is read).
+	evalCtx context.Context
 }
 
 // run reads and prepares every span and calls emit with the batches in
@@ -201,7 +204,7 @@ func (p *pipeline) prepare(ctx context.Context, j job) (*batch, error) {
 		ents = append(ents, entry{
 			Event: Event{
 				Log: log, Index: r.Index, ID: r.Leaf.ID, HasKey: r.Leaf.HasKey, Key: key,
-				Time: time.Unix(0, r.Leaf.Time).UTC(), Source: src, Payload: payload,
+				Time: time.Unix(0, r.Leaf.Time).UTC(), Source: src, Payload: payload, ctx: p.evalCtx,
 			},
 			ns:       r.Leaf.Time,
 			leafHash: r.LeafHash,
@@ -210,6 +213,9 @@ func (p *pipeline) prepare(ctx context.Context, j job) (*batch, error) {
 		e := &ents[len(ents)-1]
 		keys, dec, err := p.d.Prepare(&e.Event)
 		if err != nil {
+			if ctx.Err() != nil {
+				return context.Cause(ctx) // interrupted: not the event's error
+			}
 			b.errs = append(b.errs, foldError{EventError: EventError{Log: log, Index: r.Index, Err: err.Error()}, pos: -1})
 			ents = ents[:len(ents)-1]
 			return nil

@@ -24,7 +24,7 @@ func Compile(s *Spec) (fold.Derivation, error) {
 func compileCEL(s *Spec) (fold.Derivation, []*Error) {
 	d, xerrs := cel.Compile(cel.Expressions{Name: s.Name, Sources: s.Sources, Raw: s.Decode == "raw",
 		Filter: s.Filter, Key: s.Key, Initial: s.Initial, Step: s.Step,
-		AllKeys: s.AllKeys, StepAll: s.StepAll, Value: s.Value})
+		AllKeys: s.AllKeys, StepAll: s.StepAll, Value: s.Value, CostLimit: uint64(max(s.CostLimit, 0))})
 	var errs []*Error
 	for _, e := range xerrs {
 		se := s.errAt(e.Field, "%s", e.Msg)

@@ -15,24 +15,73 @@ import (
 // yamlDecoder decodes YAML nodes into Go values, checking fields and types
 // itself so that each error carries the position of its node.
 type yamlDecoder struct {
-	file  string
-	deriv string // name of the derivation being decoded, for errors
-	errs  []*Error
-	pos   map[string]*yaml.Node
-	bad   map[string]bool
-	nodes int // nodes visited, bounding alias expansion
-	depth int // nesting of decode, bounding recursion through aliases
+	file   string
+	deriv  string // name of the derivation being decoded, for errors
+	errs   []*Error
+	pos    map[string]*yaml.Node
+	bad    map[string]bool
+	nodes  int    // nodes visited and pairs merged, bounding alias and merge expansion
+	tooBig *Error // set once nodes passes specMaxNodes: the walk stopped there
+	depth  int    // nesting of decode, bounding recursion through aliases
 	// merging holds the mappings whose merge keys are being expanded, so a
 	// mapping that merges itself (directly or through others) is an error,
 	// not an endless recursion.
 	merging []*yaml.Node
+	// expanded holds each mapping's pairs once its merges are expanded,
+	// so that a mapping merged many times is expanded once.
+	expanded map[*yaml.Node][]yamlPair
 }
+
+// specMaxErrors bounds the errors reported for one file: aliases can
+// repeat an erroneous mapping many times. Past it, the decoder records no
+// more (it records one more, so that Parse knows some were left out).
+const specMaxErrors = 1000
 
 // specMaxDepth bounds how deeply a spec's values nest (aliases included).
 const specMaxDepth = 64
 
-// specMaxNodes bounds the nodes a file may expand to through aliases.
+// specMaxNodes bounds the nodes a file may expand to through aliases and
+// merge keys: the decoder's walk and every pair a merge brings in count.
 const specMaxNodes = 1 << 20
+
+// yamlAliasingMsg is how yaml's decoder refuses a document that aliases
+// expand out of proportion to its size (its message; pinned by a test).
+const yamlAliasingMsg = "document contains excessive aliasing"
+
+// checkAliasing refuses a document whose aliases and merge keys expand it
+// out of proportion to its size, by the check yaml's decoder makes while it
+// decodes a value: the check that bounds the daemon's config file, which
+// loadConfig decodes into its Config. Past 1,000 decoded nodes, at most 99%
+// of them may come from aliases (a smaller share for documents of millions
+// of nodes). The decoder's own walk below decodes nodes itself to keep
+// their positions, so it is not covered by that check, and the check stops
+// at a document's first fatal error (a "<<: 5" ahead of a bomb) without
+// reaching the rest: the walk bounds expansion with specMaxNodes as well.
+func checkAliasing(file string, root *yaml.Node) *Error {
+	var v any
+	err := root.Decode(&v)
+	if err == nil || !strings.Contains(err.Error(), yamlAliasingMsg) {
+		return nil // any other error is reported, placed, by the walk
+	}
+	return &Error{File: file, Msg: "aliases (*name) and merge keys (<<) expand the document out of proportion to its size (" +
+		yamlAliasingMsg + ": past 1,000 decoded nodes at most 99% may come from aliases, as in the daemon's config file)"}
+}
+
+// charge counts k nodes visited at n and reports whether the walk is still
+// within specMaxNodes; past it, the first caller reports the error and every
+// later one stops at once.
+func (d *yamlDecoder) charge(n *yaml.Node, field string, k int) bool {
+	if d.nodes > specMaxNodes {
+		return false
+	}
+	d.nodes += k
+	if d.nodes > specMaxNodes {
+		d.tooBig = &Error{File: d.file, Line: n.Line, Column: n.Column, Derivation: d.deriv, Field: field,
+			Msg: fmt.Sprintf("the document expands to more than %d nodes through aliases (*name) and merge keys (<<)", specMaxNodes)}
+		return false
+	}
+	return true
+}
 
 // errorf reports that field failed to decode.
 func (d *yamlDecoder) errorf(n *yaml.Node, deriv, field, format string, args ...any) {
@@ -47,7 +96,13 @@ func (d *yamlDecoder) report(n *yaml.Node, field, format string, args ...any) {
 	d.add(n, d.deriv, field, format, args...)
 }
 
+// full reports whether no more errors are recorded.
+func (d *yamlDecoder) full() bool { return len(d.errs) > specMaxErrors }
+
 func (d *yamlDecoder) add(n *yaml.Node, deriv, field, format string, args ...any) {
+	if d.full() {
+		return
+	}
 	e := &Error{File: d.file, Derivation: deriv, Field: field, Msg: fmt.Sprintf(format, args...)}
 	if n != nil {
 		e.Line, e.Column = n.Line, n.Column
@@ -66,8 +121,19 @@ func (d *yamlDecoder) resolve(n *yaml.Node) *yaml.Node {
 type yamlPair struct{ key, val *yaml.Node }
 
 // pairs returns a mapping's key/value pairs with merge keys ("<<")
-// expanded; explicit keys come first and win over merged ones.
+// expanded; explicit keys come first and win over merged ones. Every pair,
+// merged ones included, counts against specMaxNodes: merges chained through
+// aliases expand exponentially.
 func (d *yamlDecoder) pairs(n *yaml.Node) []yamlPair {
+	if out, ok := d.expanded[n]; ok {
+		if !d.charge(n, "", len(out)) {
+			return nil
+		}
+		return out
+	}
+	if !d.charge(n, "", len(n.Content)/2) {
+		return nil
+	}
 	if slices.Contains(d.merging, n) {
 		d.errorf(n, d.deriv, "", "merge (<<) alias cycle: the mapping at line %d merges itself", n.Line)
 		return nil
@@ -91,6 +157,8 @@ func (d *yamlDecoder) pairs(n *yaml.Node) []yamlPair {
 				for _, m := range v.Content {
 					srcs = append(srcs, d.resolve(m))
 				}
+			default:
+				srcs = []*yaml.Node{v}
 			}
 			for _, m := range srcs {
 				if m.Kind != yaml.MappingNode {
@@ -103,11 +171,22 @@ func (d *yamlDecoder) pairs(n *yaml.Node) []yamlPair {
 		}
 		out = append(out, yamlPair{k, v})
 	}
-	for _, kv := range merged {
-		if !slices.ContainsFunc(out, func(o yamlPair) bool { return o.key.Value == kv.key.Value }) {
-			out = append(out, kv)
+	if len(merged) > 0 {
+		have := make(map[string]bool, len(out)+len(merged))
+		for _, kv := range out {
+			have[kv.key.Value] = true
+		}
+		for _, kv := range merged {
+			if !have[kv.key.Value] {
+				have[kv.key.Value] = true
+				out = append(out, kv)
+			}
 		}
 	}
+	if d.expanded == nil {
+		d.expanded = make(map[*yaml.Node][]yamlPair)
+	}
+	d.expanded[n] = out
 	return out
 }
 
@@ -140,11 +219,7 @@ var specDurationType = reflect.TypeFor[store.Duration]()
 
 // decode sets v from n, reporting errors at field (a dotted path).
 func (d *yamlDecoder) decode(n *yaml.Node, v reflect.Value, field string) {
-	d.nodes++
-	if d.nodes > specMaxNodes {
-		if d.nodes == specMaxNodes+1 {
-			d.errorf(n, d.deriv, field, "document expands to too many nodes")
-		}
+	if !d.charge(n, field, 1) {
 		return
 	}
 	n = d.resolve(n)
@@ -312,6 +387,9 @@ func (d *yamlDecoder) decodeStruct(n *yaml.Node, v reflect.Value, field string) 
 		}
 		i, ok := byName[k]
 		if kv.key.Kind != yaml.ScalarNode || !ok {
+			if d.full() {
+				continue
+			}
 			msg := fmt.Sprintf("unknown field %q", k)
 			if s := closestName(k, names); s != "" {
 				msg += fmt.Sprintf(" (did you mean %q?)", s)

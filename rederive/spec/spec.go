@@ -19,6 +19,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/auditd/auditd/rederive/cel"
 	"github.com/auditd/auditd/rederive/compare"
 	"github.com/auditd/auditd/rederive/store"
 )
@@ -86,6 +87,11 @@ type Spec struct {
 	// or step failed) a run tolerates before it fails with ErrBudget
 	// (default 100; 0 fails on the first).
 	ErrorBudget int `yaml:"error_budget"`
+	// CostLimit bounds the CEL cost of one evaluation of one expression
+	// (a filter, a key, a step for one key; default 1,000,000): an event
+	// whose evaluation costs more is a derivation error, counted against
+	// ErrorBudget. 0 in a Spec built in Go: the default.
+	CostLimit int `yaml:"cost_limit"`
 	// Interval is how often the daemon runs an incremental check (default
 	// 1m).
 	Interval store.Duration `yaml:"interval"`
@@ -110,6 +116,7 @@ const (
 	specDefaultConfirmRuns  = 2
 	specDefaultLineage      = 5
 	specDefaultErrorBudget  = 100
+	specDefaultCostLimit    = cel.DefaultCostLimit
 	specDefaultInterval     = time.Minute
 	specDefaultFullInterval = time.Hour
 )
@@ -205,6 +212,9 @@ func Parse(file string, data []byte) ([]*Spec, error) {
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return nil, joinErrors([]*Error{yamlSyntaxError(file, err)})
 	}
+	if e := checkAliasing(file, &root); e != nil {
+		return nil, joinErrors([]*Error{e})
+	}
 	top := &root
 	if top.Kind == yaml.DocumentNode && len(top.Content) == 1 {
 		top = top.Content[0]
@@ -254,7 +264,16 @@ func Parse(file string, data []byte) ([]*Spec, error) {
 			}
 		}
 	}
+	if d.tooBig != nil {
+		return nil, joinErrors([]*Error{d.tooBig}) // the rest is cut short
+	}
 	errs := d.errs
+	if n := celSourceBytes(specs); n > len(data)+specMaxAliasedCEL {
+		// Aliases repeat expressions: each copy would be compiled.
+		e := &Error{File: file, Msg: fmt.Sprintf("aliases (*name) and merge keys (<<) repeat the derivations' CEL expressions to %d bytes, "+
+			"more than the file's %d bytes plus %d: write the expressions out", n, len(data), specMaxAliasedCEL)}
+		return nil, joinErrors(append(errs, e))
+	}
 	seen := make(map[string]*Spec)
 	for _, s := range specs {
 		errs = append(errs, s.check()...)
@@ -272,9 +291,25 @@ func Parse(file string, data []byte) ([]*Spec, error) {
 	}
 	if len(errs) > 0 {
 		sortSpecErrors(errs)
+		if len(errs) > specMaxErrors {
+			errs = append(errs[:specMaxErrors:specMaxErrors], &Error{File: file, Msg: fmt.Sprintf("more than %d errors; the rest are not shown", specMaxErrors)})
+		}
 		return nil, joinErrors(errs)
 	}
 	return specs, nil
+}
+
+// specMaxAliasedCEL bounds how far aliases may grow the CEL source a file
+// compiles beyond the file's own size.
+const specMaxAliasedCEL = 64 << 10
+
+// celSourceBytes is the length of every CEL expression of specs.
+func celSourceBytes(specs []*Spec) int {
+	n := 0
+	for _, s := range specs {
+		n += len(s.Filter) + len(s.Key) + len(s.Initial) + len(s.Step) + len(s.AllKeys) + len(s.StepAll) + len(s.Value)
+	}
+	return n
 }
 
 func sortSpecErrors(errs []*Error) {
@@ -407,6 +442,9 @@ func (s *Spec) checkSettings() []*Error {
 	if s.Lineage < 0 {
 		add("lineage", "lineage must be >= 0, got %d", s.Lineage)
 	}
+	if s.CostLimit < 0 || s.CostLimit == 0 && s.pos["cost_limit"] != nil { // 0 in Go: the default
+		add("cost_limit", "cost_limit must be at least 1, got %d", s.CostLimit)
+	}
 	if s.ErrorBudget < 0 {
 		add("error_budget", "error_budget must be >= 0, got %d", s.ErrorBudget)
 	}
@@ -520,6 +558,9 @@ func (s *Spec) applyDefaults() {
 	}
 	if !present("error_budget") {
 		s.ErrorBudget = specDefaultErrorBudget
+	}
+	if !present("cost_limit") {
+		s.CostLimit = specDefaultCostLimit
 	}
 	if !present("interval") {
 		s.Interval = store.Duration(specDefaultInterval)

@@ -776,6 +776,14 @@ func TestVerifyDataDir(t *testing.T) {
 		t.Errorf("JUnit of a failed run: %+v", ju)
 	}
 
+	// A step that would run for minutes on gigabytes (issue 28's probe)
+	// stops at the cost limit: every event fails, naming the setting.
+	costly := writeVerifySpec(t, tb.name, verifySpecOpts{step: `"size(lists.range(20000).map(x, lists.range(1000).map(y, y))) + state"`})
+	if r := runVerifyTest(t, "--config", costly, "--data-dir", d.dataDir); r.code != exitError ||
+		!strings.Contains(r.stdout, "error (derivation)") || !strings.Contains(r.stdout+r.stderr, "cost_limit") {
+		t.Errorf("a step past the cost limit: %v", r)
+	}
+
 	for _, c := range []struct {
 		name          string
 		remote, local *rederive.Report

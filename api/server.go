@@ -49,9 +49,10 @@ type Options struct {
 	MaxConcurrentWrites int
 	// WaitTimeout bounds ?wait=checkpoint (default 30s).
 	WaitTimeout time.Duration
-	// BodyTimeout bounds the time a POST body takes to arrive once its
-	// write slot is granted (default 30s); a slower body gets 408 and its
-	// slot back.
+	// BodyTimeout bounds the time a request body takes to arrive (default
+	// 30s), on every route (see BodyDeadline). A POST of entries counts it
+	// from when its write slot is granted, not while it waits for one; a
+	// slower body gets 408 and its slot back.
 	BodyTimeout time.Duration
 	// MaxInflightBytes bounds the bytes of the POST bodies being decoded
 	// and appended at once, across requests (default 4 x MaxBodyBytes). A
@@ -119,7 +120,7 @@ func New(store *ledger.Store, verifierKey string, opts Options) *Server {
 		opts.WaitTimeout = 30 * time.Second
 	}
 	if opts.BodyTimeout <= 0 {
-		opts.BodyTimeout = 30 * time.Second
+		opts.BodyTimeout = defaultBodyTimeout
 	}
 	if opts.MaxInflightBytes <= 0 {
 		opts.MaxInflightBytes = 4 * opts.MaxBodyBytes
@@ -168,6 +169,9 @@ func (s *Server) Collectors() []prometheus.Collector {
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Every body on every route is bounded, before anything else runs:
+	// an answer of 401, 404 or 405 waits for the body it did not read.
+	boundBody(w, r, s.opts.BodyTimeout)
 	if name, ok := entriesPath(r); ok {
 		s.servePostEntries(w, r, name)
 		return

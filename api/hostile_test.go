@@ -132,14 +132,14 @@ func TestStreamCap(t *testing.T) {
 		cancels = append(cancels, cancel)
 		readers = append(readers, bufio.NewReader(res.Body))
 	}
-	res := env.do("GET", "/v1/alerts/stream", nil)
+	code, header, b := tryStream(t, env)
 	var body struct {
 		Code  string `json:"code"`
 		Limit int    `json:"limit"`
 	}
-	if err := json.Unmarshal(res.body, &body); err != nil || res.status != http.StatusServiceUnavailable ||
-		body.Code != "too_many_streams" || body.Limit != 3 || res.header.Get("Retry-After") == "" {
-		t.Fatalf("4th stream: %v, want 503 too_many_streams, limit 3, with a Retry-After", res)
+	if err := json.Unmarshal(b, &body); err != nil || code != http.StatusServiceUnavailable ||
+		body.Code != "too_many_streams" || body.Limit != 3 || header.Get("Retry-After") == "" {
+		t.Fatalf("4th stream: %d %q, want 503 too_many_streams, limit 3, with a Retry-After", code, b)
 	}
 	// The open streams go on past the body timeout: 5 keepalives are 100ms.
 	for range 5 {
@@ -157,22 +157,35 @@ func TestStreamCap(t *testing.T) {
 	// The server lets the stream's place go once it sees the client gone.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, env.http.URL+"/v1/alerts/stream", nil)
-		res, err := env.http.Client().Do(req)
-		if err != nil {
-			cancel()
-			t.Fatal(err)
-		}
-		code := res.StatusCode
-		cancel()
-		res.Body.Close()
+		code, _, b := tryStream(t, env)
 		if code == http.StatusOK {
 			break
 		}
 		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
-			t.Fatalf("a stream after one closed: %d, want 200", code)
+			t.Fatalf("a stream after one closed: %d %q, want 200", code, b)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// tryStream opens an event stream and closes it at once: its status, and
+// its header and body unless it is a stream.
+func tryStream(t *testing.T, env *testEnv) (int, http.Header, []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, env.http.URL+"/v1/alerts/stream", nil)
+	res, err := env.http.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode == http.StatusOK {
+		return res.StatusCode, res.Header, nil
+	}
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.StatusCode, res.Header, b
 }

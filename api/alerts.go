@@ -94,6 +94,10 @@ func (s *Server) streamAlerts(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if !s.openStream(w) {
+		return
+	}
+	defer s.closeStream()
 	// Subscribe first: once the client has the headers, no change is lost.
 	ctx := r.Context()
 	events, cancel := m.Subscribe(ctx)
@@ -141,3 +145,20 @@ func (s *Server) streamAlerts(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 }
+
+// openStream takes one of the MaxStreams places of the event streams, or
+// answers 503 too_many_streams (with a Retry-After) and reports false.
+func (s *Server) openStream(w http.ResponseWriter) bool {
+	select {
+	case s.streams <- struct{}{}:
+		return true
+	default:
+		w.Header().Set("Retry-After", "10")
+		writeError(w, http.StatusServiceUnavailable, "too_many_streams",
+			fmt.Sprintf("the server has %d event streams open, its maximum (max_streams); retry later", cap(s.streams)),
+			map[string]any{"limit": cap(s.streams)})
+		return false
+	}
+}
+
+func (s *Server) closeStream() { <-s.streams }

@@ -136,13 +136,15 @@ func TestBodyTimeoutEndsWithTheBody(t *testing.T) {
 // through once the first is done.
 func TestBodiesShareAByteBudget(t *testing.T) {
 	const timeout = 400 * time.Millisecond
-	e := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true, MaxBodyBytes: 1 << 20, MaxInflightBytes: 1 << 20, BodyTimeout: timeout}, metrics: true})
+	// At most 10 events a body: a share is its bytes and 10 events' cost.
+	const held = 800<<10 + 10*768
+	e := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true, MaxBodyBytes: 1 << 20, MaxInflightBytes: 1 << 20, MaxEvents: 10, BodyTimeout: timeout}, metrics: true})
 	addr := strings.TrimPrefix(e.http.URL, "http://")
 	if got := e.gauge("auditd_http_body_budget_bytes"); got != 1<<20 {
 		t.Fatalf("auditd_http_body_budget_bytes %v, want %d", got, 1<<20)
 	}
 	slowPost(t, addr, "l", 800<<10) // holds 800 KiB of the 1 MiB budget
-	e.waitGauge("auditd_http_body_budget_in_use_bytes", 800<<10)
+	e.waitGauge("auditd_http_body_budget_in_use_bytes", held)
 	body := `{"id":"big","payload":"` + strings.Repeat("x", 400<<10) + `"}`
 	start := time.Now()
 	r := e.do(http.MethodPost, "/v1/logs/l/entries", strings.NewReader(body))
@@ -156,7 +158,7 @@ func TestBodiesShareAByteBudget(t *testing.T) {
 	// Small bodies fit beside a held share.
 	e.waitGauge("auditd_http_body_budget_in_use_bytes", 0) // the first share is back
 	slowPost(t, addr, "l", 800<<10)
-	e.waitGauge("auditd_http_body_budget_in_use_bytes", 800<<10)
+	e.waitGauge("auditd_http_body_budget_in_use_bytes", held)
 	start = time.Now()
 	e.post("l", "", `{"id":"small","payload":1}`)
 	if waited := time.Since(start); waited > timeout/2 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -94,6 +95,27 @@ func (b *byteBudget) inUse() int64 {
 	return b.total - b.free
 }
 
+// eventCost is what the byte budget counts for each event of a POST
+// beside the body's bytes: the memory an event takes between its decoding
+// and its append whatever its size (its ledger.Entry, the ledger's leaf,
+// hashes and index of it, its result), about 600 bytes measured
+// (docs/operations.md). Without it a body of 100,000 small events counted
+// its 4 MB and took 60 MB.
+const eventCost = 768
+
+// minEventBytes is the shortest event of a body with what separates it
+// from the next: {"payload":0} and a newline or comma.
+const minEventBytes = 14
+
+// bodyCost is the share of the byte budget a POST takes before reading a
+// body of n bytes: n, and eventCost for each event it may hold (at most
+// MaxEvents, and what n bytes can hold). Once the body is decoded the
+// share shrinks to its events' cost (admission.decoded).
+func (s *Server) bodyCost(n int64) int64 {
+	events := min(int64(s.opts.MaxEvents), (n+1)/minEventBytes)
+	return n + events*eventCost
+}
+
 // admission is a POST's hold on the write limits: a write slot while its
 // body is read and decoded, and its share of the byte budget until its
 // entries are in the ledger. It belongs to the request's goroutine.
@@ -103,8 +125,18 @@ type admission struct {
 	bytes int64 // the share of the budget held
 }
 
-// decoded gives the write slot back: the body is read.
-func (a *admission) decoded() {
+// decoded gives the write slot back: the body is read. Its share of the
+// budget shrinks to bodyBytes and the cost of its events.
+func (a *admission) decoded(bodyBytes int64, events int) {
+	if n := bodyBytes + int64(events)*eventCost; n < a.bytes {
+		a.s.budget.release(a.bytes - n)
+		a.bytes = n
+	}
+	a.unslot()
+}
+
+// unslot gives the write slot back, if held.
+func (a *admission) unslot() {
 	if a.slot {
 		a.slot = false
 		<-a.s.writes
@@ -113,7 +145,7 @@ func (a *admission) decoded() {
 
 // release gives back what is still held; safe to call more than once.
 func (a *admission) release() {
-	a.decoded()
+	a.unslot()
 	if a.bytes > 0 {
 		a.s.budget.release(a.bytes)
 		a.bytes = 0
@@ -126,26 +158,31 @@ func (a *admission) release() {
 // It reports false when the request ended while waiting (the answer is
 // written, nothing is held).
 func (s *Server) admitWrite(w http.ResponseWriter, r *http.Request, a *admission) bool {
+	// The wait for a slot is not the client's: its body's time starts when
+	// the slot is granted. Nothing reads the body meanwhile.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Time{})
 	select {
 	case s.writes <- struct{}{}:
 	case <-r.Context().Done():
+		_ = rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout)) // for the unread body
 		writeError(w, http.StatusServiceUnavailable, "timeout", "request ended while waiting for a write slot", nil)
 		return false
 	}
-	want := s.opts.MaxBodyBytes
-	if r.ContentLength >= 0 && r.ContentLength < want {
-		want = r.ContentLength
+	body := s.opts.MaxBodyBytes
+	if r.ContentLength >= 0 && r.ContentLength < body {
+		body = r.ContentLength
 	}
-	got, err := s.budget.acquire(r.Context(), want)
+	got, err := s.budget.acquire(r.Context(), s.bodyCost(body))
 	if err != nil {
 		<-s.writes
+		_ = rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
 		writeError(w, http.StatusServiceUnavailable, "timeout", "request ended while waiting for memory for its body", nil)
 		return false
 	}
 	*a = admission{s: s, slot: true, bytes: got}
 	// The whole body must arrive within BodyTimeout of its slot being
 	// granted: a client that trickles its body cannot hold a slot forever.
-	rc := http.NewResponseController(w)
 	if err := rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		s.log.Warn("cannot bound the body's read time", "err", err)
 	}
@@ -233,4 +270,16 @@ func (s *Server) tooManyLogs(w http.ResponseWriter) bool {
 		return true
 	}
 	return false
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -115,4 +116,48 @@ func TestWriteSlotFreedOnceDecoded(t *testing.T) {
 	if commits == 0 || commits > posts/2 {
 		t.Errorf("%d POSTs with one write slot took %d group commits; want them to share commits", posts, commits)
 	}
+}
+
+// A POST's share of the byte budget counts its events, not only its bytes:
+// a body of N small events is charged at least N x eventCost while it is
+// read (so a budget that holds several such bodies by their bytes admits
+// one), and once decoded its share is its bytes and its events' cost.
+func TestBudgetCountsEvents(t *testing.T) {
+	t.Parallel()
+	const n = 1000
+	var body strings.Builder
+	for i := range n {
+		fmt.Fprintf(&body, `{"id":"e%d","payload":%d}`+"\n", i, i)
+	}
+	size := int64(body.Len())
+	st, key := ledgertest.OpenKey(t, ledgertest.WithKeyName("limits.test"))
+	srv := New(st, key.VKey, Options{CreateLogs: true, MaxEvents: n, MaxInflightBytes: 64 << 20, Logger: slog.New(slog.DiscardHandler)})
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+
+	// The body is sent but for its last byte: the POST holds its share.
+	c, err := net.Dial("tcp", hs.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "POST /v1/logs/l/entries HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n%s", size, body.String()[:size-1])
+	for srv.budget.inUse() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if got, want := srv.budget.inUse(), size+n*eventCost; got < want {
+		t.Errorf("a body of %d bytes and %d events holds %d bytes of the budget, want at least %d", size, n, got, want)
+	}
+
+	// Decoded: its bytes and the cost of the events it holds.
+	base := srv.budget.inUse()
+	a := admission{s: srv, bytes: srv.bodyCost(size)}
+	if _, err := srv.budget.acquire(context.Background(), a.bytes); err != nil {
+		t.Fatal(err)
+	}
+	a.decoded(size, 10)
+	if got, want := srv.budget.inUse()-base, size+10*eventCost; got != want || a.bytes != want {
+		t.Errorf("decoded with 10 events: holds %d (admission %d), want %d", got, a.bytes, want)
+	}
+	a.release()
 }

@@ -157,15 +157,15 @@ func (s *Server) postEntriesTo(w http.ResponseWriter, r *http.Request, name stri
 		return
 	}
 	defer adm.release()
-	body := http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
+	body := &countingReader{r: http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)}
 	entries, err := ingest.Decode(body, ingest.Limits{MaxEvents: s.opts.MaxEvents, MaxPayload: s.opts.MaxPayloadBytes})
 	if err != nil {
 		s.writeErr(w, r, err)
 		return
 	}
 	// The body is read: its write slot goes to the next POST, its bytes
-	// stay counted until the entries are in the ledger.
-	adm.decoded()
+	// and events stay counted until the entries are in the ledger.
+	adm.decoded(body.n, len(entries))
 	bodyRead(w)
 	if l == nil {
 		// The log comes into existence with its first successful append:

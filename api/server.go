@@ -49,9 +49,10 @@ type Options struct {
 	MaxConcurrentWrites int
 	// WaitTimeout bounds ?wait=checkpoint (default 30s).
 	WaitTimeout time.Duration
-	// BodyTimeout bounds the time a POST body takes to arrive once its
-	// write slot is granted (default 30s); a slower body gets 408 and its
-	// slot back.
+	// BodyTimeout bounds the time a request body takes to arrive (default
+	// 30s), on every route (see BodyDeadline). A POST of entries counts it
+	// from when its write slot is granted, not while it waits for one; a
+	// slower body gets 408 and its slot back.
 	BodyTimeout time.Duration
 	// MaxInflightBytes bounds the bytes of the POST bodies being decoded
 	// and appended at once, across requests (default 4 x MaxBodyBytes). A
@@ -64,6 +65,10 @@ type Options struct {
 	// Alerts serves /v1/alerts, if set (see alertRoutes); without it
 	// those routes answer 404.
 	Alerts *alert.Manager
+	// MaxStreams bounds the event streams (GET /v1/alerts/stream) open at
+	// once (default 100); beyond it a stream gets 503 too_many_streams
+	// with a Retry-After.
+	MaxStreams int
 	// StreamKeepalive is the interval of the comment lines that keep an
 	// idle alert event stream (and the proxies on its way) open (default
 	// 15s).
@@ -98,6 +103,7 @@ type Server struct {
 	handler      http.Handler
 	writes       chan struct{} // a slot per POST being decoded and appended
 	budget       *byteBudget   // bytes of the bodies being decoded and appended
+	streams      chan struct{} // a place per open event stream
 }
 
 // New returns a server for store. verifierKey is the signed-note verifier
@@ -119,10 +125,13 @@ func New(store *ledger.Store, verifierKey string, opts Options) *Server {
 		opts.WaitTimeout = 30 * time.Second
 	}
 	if opts.BodyTimeout <= 0 {
-		opts.BodyTimeout = 30 * time.Second
+		opts.BodyTimeout = defaultBodyTimeout
 	}
 	if opts.MaxInflightBytes <= 0 {
 		opts.MaxInflightBytes = 4 * opts.MaxBodyBytes
+	}
+	if opts.MaxStreams <= 0 {
+		opts.MaxStreams = 100
 	}
 	if opts.StreamKeepalive <= 0 {
 		opts.StreamKeepalive = 15 * time.Second
@@ -144,6 +153,7 @@ func New(store *ledger.Store, verifierKey string, opts Options) *Server {
 	s.postDuration = s.duration.WithLabelValues(entriesRoute)
 	s.writes = make(chan struct{}, opts.MaxConcurrentWrites)
 	s.budget = newByteBudget(opts.MaxInflightBytes)
+	s.streams = make(chan struct{}, opts.MaxStreams)
 	s.handler = s.routes()
 	return s
 }
@@ -159,15 +169,22 @@ func (s *Server) Collectors() []prometheus.Collector {
 			func() float64 { return float64(len(s.writes)) }),
 		gauge("http_write_slots", "Write slots (max_concurrent_writes): POSTs of entries beyond them wait.",
 			func() float64 { return float64(cap(s.writes)) }),
-		gauge("http_body_budget_in_use_bytes", "Bytes of the in-flight body budget POSTs of entries hold, from their admission until their entries are in the ledger.",
+		gauge("http_body_budget_in_use_bytes", "Bytes of the in-flight body budget POSTs of entries hold (their bodies' bytes and a cost per event), from their admission until their entries are in the ledger.",
 			func() float64 { return float64(s.budget.inUse()) }),
 		gauge("http_body_budget_bytes", "The in-flight body budget (max_inflight_bytes): a POST waits while its share does not fit.",
 			func() float64 { return float64(s.budget.total) }),
+		gauge("http_streams_open", "Event streams (GET /v1/alerts/stream) open.",
+			func() float64 { return float64(len(s.streams)) }),
+		gauge("http_streams_max", "Event streams that may be open at once (max_streams): one beyond gets 503 too_many_streams.",
+			func() float64 { return float64(cap(s.streams)) }),
 	}
 }
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Every body on every route is bounded, before anything else runs:
+	// an answer of 401, 404 or 405 waits for the body it did not read.
+	boundBody(w, r, s.opts.BodyTimeout)
 	if name, ok := entriesPath(r); ok {
 		s.servePostEntries(w, r, name)
 		return

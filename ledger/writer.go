@@ -86,7 +86,16 @@ func (l *Log) run() {
 		l.publishLoop()
 	}()
 	for {
+		// An idle log lands its flights once they are published: until
+		// then each keeps its requests, their entries and results (a whole
+		// POST's worth) alive.
+		var published <-chan struct{}
+		if len(l.pl.flying) > 0 {
+			published = l.pl.flying[0].done
+		}
 		select {
+		case <-published:
+			l.land(len(l.pl.flying)) // the published ones, without waiting
 		case req := <-l.reqs:
 			l.process(l.collect(req))
 			for l.held != nil {

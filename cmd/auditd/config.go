@@ -114,13 +114,18 @@ type Config struct {
 	MaxConcurrentWrites int `yaml:"max_concurrent_writes"`
 	// MaxInflightBytes bounds the bytes of the POST bodies decoded and
 	// appended at once, across requests: a POST takes its Content-Length
-	// (MaxBodyBytes without one) before reading and waits while it is
-	// spent. Default 4 x MaxBodyBytes. See docs/operations.md for the
+	// (MaxBodyBytes without one) and 768 bytes for each event it may hold
+	// before reading, and waits while it is spent; once decoded it holds
+	// its bytes and 768 per event. Default 4 x MaxBodyBytes. See docs/operations.md for the
 	// memory this bounds.
 	MaxInflightBytes int64 `yaml:"max_inflight_bytes"`
-	// BodyTimeout bounds the time a POST body takes to arrive once its
-	// write slot is granted; slower ones get 408. Default 30s.
+	// BodyTimeout bounds the time a request body takes to arrive, on every
+	// route (a POST of entries from when its write slot is granted);
+	// slower ones get 408 or the connection closed. Default 30s.
 	BodyTimeout time.Duration `yaml:"body_timeout"`
+	// MaxStreams bounds the event streams (GET /v1/alerts/stream) open at
+	// once; beyond it one gets 503 too_many_streams. Default 100.
+	MaxStreams int `yaml:"max_streams"`
 	// WriteToken, if set, is the bearer token POSTs must carry. The
 	// environment variable AUDITD_WRITE_TOKEN overrides it.
 	WriteToken string `yaml:"write_token"`
@@ -263,7 +268,7 @@ func defaultConfig() Config {
 		DataDir: "./auditd-data", Listen: "127.0.0.1:8080",
 		CheckpointInterval: 100 * time.Millisecond, MaxBatch: 16384, CacheBytes: 128 << 20,
 		CreateLogs: &t, MaxBodyBytes: 32 << 20, MaxEvents: 100_000, MaxPayloadBytes: 1 << 20,
-		MaxConcurrentWrites: 16, WaitTimeout: 30 * time.Second, BodyTimeout: 30 * time.Second, MaxLogs: 10_000, MaxMetricLogs: 1000, ShutdownTimeout: 10 * time.Second,
+		MaxConcurrentWrites: 16, WaitTimeout: 30 * time.Second, BodyTimeout: 30 * time.Second, MaxStreams: 100, MaxLogs: 10_000, MaxMetricLogs: 1000, ShutdownTimeout: 10 * time.Second,
 		LogLevel: "info", LogFormat: "text",
 		Checks: ChecksConfig{ScrubInterval: 24 * time.Hour, ScrubRate: 20_000, CheckpointAuditInterval: time.Hour,
 			CheckpointAuditRate: 250, Jitter: 15 * time.Minute, Peers: PeersConfig{Interval: time.Minute},
@@ -333,6 +338,8 @@ func (c *Config) validate() error {
 		return errors.New("config: max_batch must be at least 1")
 	case c.MaxBodyBytes < 1:
 		return errors.New("config: max_body_bytes must be positive")
+	case c.MaxStreams < 0:
+		return errors.New("config: max_streams must not be negative (0: the default, 100)")
 	}
 	c.Checks.derivations = c.Derivations
 	c.Checks.kafka = c.Kafka
@@ -400,7 +407,8 @@ func bindFlags(fs *flag.FlagSet, c *Config) {
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest POST body in bytes")
 	fs.IntVar(&c.MaxLogs, "max-logs", c.MaxLogs, "logs POSTs may create, at most (0: no bound)")
 	fs.Int64Var(&c.MaxInflightBytes, "max-inflight-bytes", c.MaxInflightBytes, "bytes of POST bodies in flight at once, across requests (default 4 x max-body-bytes)")
-	fs.DurationVar(&c.BodyTimeout, "body-timeout", c.BodyTimeout, "time a POST body may take to arrive (slower: 408)")
+	fs.DurationVar(&c.BodyTimeout, "body-timeout", c.BodyTimeout, "time a request body may take to arrive (slower: 408 or the connection closed)")
+	fs.IntVar(&c.MaxStreams, "max-streams", c.MaxStreams, "event streams (/v1/alerts/stream) open at once, at most (beyond: 503)")
 	fs.StringVar(&c.WriteToken, "write-token", c.WriteToken, "bearer token required for writes (visible in ps: prefer --write-token-file or AUDITD_WRITE_TOKEN)")
 	fs.StringVar(&c.ReadToken, "read-token", c.ReadToken, "bearer token required for reads (visible in ps: prefer --read-token-file or AUDITD_READ_TOKEN)")
 	fs.StringVar(&c.WriteTokenFile, "write-token-file", c.WriteTokenFile, "file holding the write token")

@@ -207,7 +207,7 @@ func (d *instance) startComponents() error {
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxEvents: cfg.MaxEvents, MaxPayloadBytes: cfg.MaxPayloadBytes,
 		WriteToken: cfg.WriteToken, ReadToken: cfg.ReadToken, CreateLogs: cfg.CreateLogs == nil || *cfg.CreateLogs,
 		MaxConcurrentWrites: cfg.MaxConcurrentWrites, WaitTimeout: cfg.WaitTimeout, Logger: logger,
-		BodyTimeout: cfg.BodyTimeout, MaxInflightBytes: cfg.MaxInflightBytes, MaxLogs: cfg.MaxLogs,
+		BodyTimeout: cfg.BodyTimeout, MaxInflightBytes: cfg.MaxInflightBytes, MaxStreams: cfg.MaxStreams, MaxLogs: cfg.MaxLogs,
 		Metrics: promhttp.HandlerFor(boundLogLabels(d.reg, cfg.MaxMetricLogs), promhttp.HandlerOpts{Registry: d.reg}),
 		Alerts:  d.alerts,
 	}
@@ -283,7 +283,7 @@ func (d *instance) startDebug() error {
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	ds := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	ds := &http.Server{Handler: api.BodyDeadline(mux, d.cfg.BodyTimeout), ReadHeaderTimeout: 10 * time.Second}
 	go ds.Serve(dl)
 	d.onStop("", func() { ds.Close() })
 	d.log.Info("serving Go profiles", "addr", "http://"+dl.Addr().String()+"/debug/pprof/")
@@ -292,7 +292,7 @@ func (d *instance) startDebug() error {
 
 // serveHTTP serves the API on ln as a component; shutdown drains it first.
 func (d *instance) serveHTTP(srv http.Handler, ln net.Listener) {
-	hs := &http.Server{Handler: web.Mount(srv), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	hs := &http.Server{Handler: api.BodyDeadline(web.Mount(srv), d.cfg.BodyTimeout), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	// Shutdown does not end open event streams (/v1/alerts/stream); closing
 	// the alert manager does.
 	alerts := d.alerts

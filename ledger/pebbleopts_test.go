@@ -159,7 +159,7 @@ func TestEntriesMoveDown(t *testing.T) {
 						po.TargetFileSizes[0] = 2 << 20
 						po.FlushSplitBytes = 4 << 20
 						po.Experimental.SpanPolicyFunc = func(start []byte) (pebble.SpanPolicy, []byte, error) {
-							return spanEnd([]byte{kindEntry, kindHashIndex, kindIDIndex}, start)
+							return spanEnd([]byte{kindEntry, kindHashIndex, kindIDIndex}, start, nil)
 						}
 					}
 				}

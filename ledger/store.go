@@ -131,6 +131,7 @@ type Store struct {
 	quit     chan struct{}
 	wg       sync.WaitGroup
 	tiles    *tileCache // full upper-level tiles, shared by all logs
+	big      *bigLogs   // the logs with tables of their own (tableSpan)
 	dir      string
 	po       *pebble.Options
 	cpFiles  checkpointFiles
@@ -185,6 +186,8 @@ func Open(dir string, signer note.Signer, v note.Verifier, opts ...Option) (*Sto
 	po.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionBalanced })
 	stalls := &stallClock{}
 	po.EventListener = stalls.listener()
+	big := &bigLogs{}
+	po.Experimental.SpanPolicyFunc = big.tableSpan
 	if o.tune != nil {
 		o.tune(po)
 	}
@@ -197,7 +200,7 @@ func Open(dir string, signer note.Signer, v note.Verifier, opts ...Option) (*Sto
 		db.Close()
 		return nil, fmt.Errorf("ledger: open %s: %w", dir, err)
 	}
-	s := &Store{db: db, dir: dir, po: po, storage: newStorageCollector(db, stalls), signer: signer, verifier: v, opts: o, log: o.logger, metrics: newMetrics(), quit: make(chan struct{}), tiles: newTileCache(), logs: map[string]*Log{}, nextID: 1}
+	s := &Store{db: db, dir: dir, po: po, storage: newStorageCollector(db, stalls), signer: signer, verifier: v, opts: o, log: o.logger, metrics: newMetrics(), quit: make(chan struct{}), tiles: newTileCache(), big: big, logs: map[string]*Log{}, nextID: 1}
 	if reserve > 0 {
 		s.space = newSpaceGuard(dir, reserve, s)
 		s.space.refresh()

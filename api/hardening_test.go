@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -329,5 +330,45 @@ func TestClientLogsFollowsPages(t *testing.T) {
 	got, err := client.New(p.http.URL, p.verifier).Logs(context.Background())
 	if err != nil || len(got) != 2001 || got[2000] != "l2000" {
 		t.Fatalf("client.Logs: %d names, %v", len(got), err)
+	}
+}
+
+// Item 7 of issue 28: max_logs holds under concurrency. 64 POSTs to
+// distinct new names at once, MaxLogs 10: exactly 10 logs exist, every
+// other POST got 403 too_many_logs, and a log that exists still takes
+// entries.
+func TestMaxLogsConcurrent(t *testing.T) {
+	t.Parallel()
+	const maxLogs, posts = 10, 64
+	e := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true, MaxLogs: maxLogs, MaxConcurrentWrites: posts}})
+	statuses := make([]response, posts)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range statuses {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			statuses[i] = e.do(http.MethodPost, fmt.Sprintf("/v1/logs/new-%02d/entries", i), strings.NewReader(`{"id":"x","payload":1}`))
+		}()
+	}
+	close(start)
+	wg.Wait()
+	created := 0
+	for i, r := range statuses {
+		switch {
+		case r.status == http.StatusOK:
+			created++
+		case r.status == http.StatusForbidden && strings.Contains(string(r.body), `"code":"too_many_logs"`):
+		default:
+			t.Errorf("POST %d: %v", i, r)
+		}
+	}
+	if n := len(e.store.Logs()); n != maxLogs || created != maxLogs {
+		t.Fatalf("%d concurrent POSTs to new logs, MaxLogs %d: %d logs exist, %d POSTs succeeded; want %d and %d", posts, maxLogs, n, created, maxLogs, maxLogs)
+	}
+	// The logs that exist take entries at the bound.
+	for _, l := range e.store.Logs() {
+		e.post(l.Name, "", `{"id":"y","payload":2}`)
 	}
 }

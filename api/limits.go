@@ -258,15 +258,15 @@ func pageLogs(all []ledger.LogInfo, r *http.Request) ([]ledger.LogInfo, string, 
 }
 
 // tooManyLogs answers 403 too_many_logs when a POST would create a log
-// past MaxLogs. Concurrent POSTs to new names may pass the check together,
-// so the count can exceed MaxLogs by at most MaxConcurrentWrites.
+// past MaxLogs, before its body is read. Concurrent POSTs to new names may
+// pass this check together: the ledger's LogForAppendMax, after the body,
+// is the check that holds.
 func (s *Server) tooManyLogs(w http.ResponseWriter) bool {
 	if s.opts.MaxLogs <= 0 {
 		return false
 	}
 	if n := len(s.store.Logs()); n >= s.opts.MaxLogs {
-		writeError(w, http.StatusForbidden, "too_many_logs",
-			fmt.Sprintf("the server holds %d logs, its maximum; a POST creates no more", n), map[string]any{"limit": s.opts.MaxLogs})
+		writeTooManyLogs(w, n, s.opts.MaxLogs)
 		return true
 	}
 	return false
@@ -282,4 +282,9 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
 	return n, err
+}
+
+func writeTooManyLogs(w http.ResponseWriter, n, limit int) {
+	writeError(w, http.StatusForbidden, "too_many_logs",
+		fmt.Sprintf("the server holds %d logs, its maximum; a POST creates no more", n), map[string]any{"limit": limit})
 }

@@ -169,8 +169,15 @@ func (s *Server) postEntriesTo(w http.ResponseWriter, r *http.Request, name stri
 	bodyRead(w)
 	if l == nil {
 		// The log comes into existence with its first successful append:
-		// a refused request leaves no trace.
-		if l, err = s.store.LogForAppend(name); err != nil {
+		// a refused request leaves no trace. The ledger counts the logs
+		// being created too, so that concurrent POSTs to new names do not
+		// pass MaxLogs together.
+		if l, err = s.store.LogForAppendMax(name, s.opts.MaxLogs); err != nil {
+			var many *ledger.TooManyLogsError
+			if errors.As(err, &many) {
+				writeTooManyLogs(w, many.Logs, many.Max)
+				return
+			}
 			s.writeErr(w, r, err)
 			return
 		}

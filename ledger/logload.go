@@ -71,6 +71,9 @@ func (l *Log) load() error {
 	}
 	l.w = writer{size: m.size, root: root, rng: rng, tiles: tiles, ids: ids}
 	l.s.metrics.size.WithLabelValues(l.name).Set(float64(m.size))
+	if m.size >= bigLogEntries {
+		l.s.big.add(l.id)
+	}
 	// Last, with the state loaded: the latest stored checkpoint and the
 	// checkpoint files (checkLog, which auditd fsck runs too); a log
 	// refused here may still be served read-only.

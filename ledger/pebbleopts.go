@@ -3,6 +3,9 @@ package ledger
 import (
 	"encoding/binary"
 	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -161,18 +164,37 @@ func (w filterWriter) Finish(dst []byte) []byte { return w.w.Finish(dst) }
 // a move, all 90 index tables ingested into L0). With the split, 206 of the
 // same run's 266 compactions were moves and every index table was
 // ingested into L6 (TestTablesSplitByKind).
+//
+// A store's own policy (bigLogs.tableSpan) gives tables of their own only
+// to logs of bigLogEntries entries or more: the small logs between two big
+// ones share their tables. A table each for every log a flush touches
+// made a flush of 1,000 one-event logs write 2,700 tables, each synced
+// (14 s to open the store again, its WAL replayed), and Pebble keeps every
+// table's metadata in memory.
 func tableSpan(start []byte) (pebble.SpanPolicy, []byte, error) {
-	return spanEnd(splitKinds[:], start)
+	return spanEnd(splitKinds[:], start, nil)
 }
 
-// spanEnd is tableSpan for the given kinds, in key order.
-func spanEnd(kinds []byte, start []byte) (pebble.SpanPolicy, []byte, error) {
+// spanEnd is tableSpan for the given kinds, in key order. With big set,
+// the logs it does not hold share tables with the small logs after them,
+// up to the next big log.
+func spanEnd(kinds []byte, start []byte, big *bigLogs) (pebble.SpanPolicy, []byte, error) {
 	var none pebble.SpanPolicy
 	k := byte(0)
 	if len(start) > 0 {
 		k = start[0]
 	}
 	for _, split := range kinds {
+		if k == split && big != nil {
+			var id [4]byte // the log id, padded with zeros if the key is short
+			copy(id[:], start[1:])
+			if log := binary.BigEndian.Uint32(id[:]); !big.has(log) {
+				if next, ok := big.next(log); ok {
+					return none, logKey(k, next, 0), nil
+				}
+				return none, []byte{k + 1}, nil
+			}
+		}
 		switch {
 		case k < split:
 			return none, []byte{split}, nil
@@ -202,3 +224,58 @@ func spanEnd(kinds []byte, start []byte) (pebble.SpanPolicy, []byte, error) {
 // splitKinds are the kinds tableSpan gives tables of their own, one log
 // each (tiles: one level of one log each), in key order.
 var splitKinds = [...]byte{kindEntry, kindHashIndex, kindIDIndex, kindTile}
+
+// bigLogEntries is the size from which a log's entries, indexes and tiles
+// get tables of their own (see tableSpan): 4,096 entries are about 1 MiB.
+const bigLogEntries = 1 << 12
+
+// bigLogs is the set of the ids of a store's logs of bigLogEntries entries
+// or more, read by Pebble's flushes and compactions (through tableSpan)
+// while the logs grow. It only grows: a sorted slice, copied when a log
+// joins (once in a log's life).
+type bigLogs struct {
+	mu  sync.Mutex
+	ids atomic.Pointer[[]uint32]
+}
+
+func (b *bigLogs) list() []uint32 {
+	if p := b.ids.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (b *bigLogs) has(log uint32) bool {
+	_, ok := slices.BinarySearch(b.list(), log)
+	return ok
+}
+
+// next returns the first big log after log.
+func (b *bigLogs) next(log uint32) (uint32, bool) {
+	ids := b.list()
+	i, _ := slices.BinarySearch(ids, log+1)
+	if i == len(ids) || log == math.MaxUint32 {
+		return 0, false
+	}
+	return ids[i], true
+}
+
+func (b *bigLogs) add(log uint32) {
+	if b.has(log) {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ids := b.list()
+	i, ok := slices.BinarySearch(ids, log)
+	if ok {
+		return
+	}
+	ids = slices.Insert(slices.Clone(ids), i, log)
+	b.ids.Store(&ids)
+}
+
+// tableSpan is the store's SpanPolicyFunc.
+func (b *bigLogs) tableSpan(start []byte) (pebble.SpanPolicy, []byte, error) {
+	return spanEnd(splitKinds[:], start, b)
+}

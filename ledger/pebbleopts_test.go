@@ -115,6 +115,34 @@ func TestTableSpanEnds(t *testing.T) {
 	}
 }
 
+// The store's policy gives tables of their own to big logs only; the
+// small logs between two big ones share theirs.
+func TestTableSpanEndsBigLogs(t *testing.T) {
+	var big bigLogs
+	big.add(9)
+	big.add(5)
+	big.add(5)
+	for _, c := range []struct {
+		start, end []byte
+	}{
+		{entryKey(2, 0), logKey(kindEntry, 5, 0)},
+		{entryKey(5, 7), logKey(kindEntry, 6, 0)},
+		{entryKey(6, 0), logKey(kindEntry, 9, 0)},
+		{entryKey(10, 0), []byte{kindEntry + 1}},
+		{logKey(kindIDIndex, 7, 0), logKey(kindIDIndex, 9, 0)},
+		{tileKey(3, 1, 0), logKey(kindTile, 5, 0)},
+		{tileKey(9, 0, 5), append(logKey(kindTile, 9, 1), 1)},
+		{tileKey(0xffffffff, 0, 0), []byte{kindTile + 1}},
+		{metaKey(3), []byte{kindTile}},
+		{nil, []byte{kindEntry}},
+	} {
+		_, end, err := big.tableSpan(c.start)
+		if err != nil || string(end) != string(c.end) {
+			t.Errorf("tableSpan(%q) ends at %q, %v; want %q", c.start, end, err, c.end)
+		}
+	}
+}
+
 // TestEntriesMoveDown checks what the level-0 settings and the tiles'
 // tables of their own are for: entries are written by a flush and then
 // moved down the levels, not rewritten by compactions. 1,000-entry
@@ -159,7 +187,7 @@ func TestEntriesMoveDown(t *testing.T) {
 						po.TargetFileSizes[0] = 2 << 20
 						po.FlushSplitBytes = 4 << 20
 						po.Experimental.SpanPolicyFunc = func(start []byte) (pebble.SpanPolicy, []byte, error) {
-							return spanEnd([]byte{kindEntry, kindHashIndex, kindIDIndex}, start)
+							return spanEnd([]byte{kindEntry, kindHashIndex, kindIDIndex}, start, nil)
 						}
 					}
 				}

@@ -67,6 +67,17 @@ func (e *ConflictError) Error() string {
 // Is makes errors.Is(err, ErrConflict) true.
 func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
 
+// TooManyLogsError refuses a new log past the bound of LogForAppendMax.
+type TooManyLogsError struct {
+	Log  string // the name refused
+	Logs int    // the logs the store holds (or is creating)
+	Max  int
+}
+
+func (e *TooManyLogsError) Error() string {
+	return fmt.Sprintf("ledger: log %s not created: the store holds %d logs, its maximum is %d", e.Log, e.Logs, e.Max)
+}
+
 // validName is what a log name may be: it appears in URLs and checkpoint
 // origins.
 var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
@@ -131,6 +142,7 @@ type Store struct {
 	quit     chan struct{}
 	wg       sync.WaitGroup
 	tiles    *tileCache // full upper-level tiles, shared by all logs
+	big      *bigLogs   // the logs with tables of their own (tableSpan)
 	dir      string
 	po       *pebble.Options
 	cpFiles  checkpointFiles
@@ -185,6 +197,8 @@ func Open(dir string, signer note.Signer, v note.Verifier, opts ...Option) (*Sto
 	po.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionBalanced })
 	stalls := &stallClock{}
 	po.EventListener = stalls.listener()
+	big := &bigLogs{}
+	po.Experimental.SpanPolicyFunc = big.tableSpan
 	if o.tune != nil {
 		o.tune(po)
 	}
@@ -197,7 +211,7 @@ func Open(dir string, signer note.Signer, v note.Verifier, opts ...Option) (*Sto
 		db.Close()
 		return nil, fmt.Errorf("ledger: open %s: %w", dir, err)
 	}
-	s := &Store{db: db, dir: dir, po: po, storage: newStorageCollector(db, stalls), signer: signer, verifier: v, opts: o, log: o.logger, metrics: newMetrics(), quit: make(chan struct{}), tiles: newTileCache(), logs: map[string]*Log{}, nextID: 1}
+	s := &Store{db: db, dir: dir, po: po, storage: newStorageCollector(db, stalls), signer: signer, verifier: v, opts: o, log: o.logger, metrics: newMetrics(), quit: make(chan struct{}), tiles: newTileCache(), big: big, logs: map[string]*Log{}, nextID: 1}
 	if reserve > 0 {
 		s.space = newSpaceGuard(dir, reserve, s)
 		s.space.refresh()
@@ -320,6 +334,16 @@ func (s *Store) CreateLog(name string) (*Log, error) {
 // log that comes into existence (is listed, survives a restart) with its
 // first successful append. A request that fails leaves no trace.
 func (s *Store) LogForAppend(name string) (*Log, error) {
+	return s.LogForAppendMax(name, 0)
+}
+
+// LogForAppendMax is LogForAppend with a bound on the logs: a name the
+// store does not hold is refused, with a *TooManyLogsError, when the store
+// holds max logs or more (0 or less: no bound). Logs whose first append is
+// under way count, and so do those whose first append failed since the
+// store opened (they are kept for a retry), so concurrent calls never take
+// the store past max. A log that exists is returned whatever the count.
+func (s *Store) LogForAppendMax(name string, max int) (*Log, error) {
 	if !ValidLogName(name) {
 		return nil, fmt.Errorf("%w: %q (want 1-128 of A-Z a-z 0-9 . _ -, starting with a letter or digit)", ErrLogName, name)
 	}
@@ -330,6 +354,9 @@ func (s *Store) LogForAppend(name string) (*Log, error) {
 	}
 	if l, ok := s.logs[name]; ok {
 		return l, nil
+	}
+	if max > 0 && len(s.logs) >= max {
+		return nil, &TooManyLogsError{Log: name, Logs: len(s.logs), Max: max}
 	}
 	l := newLog(s, name, s.nextID)
 	s.nextID++

@@ -39,7 +39,10 @@ type tailTable struct {
 	shift uint8 // 64 - log2(len(slots))
 }
 
-const tailTableMinSlots = 1 << 10
+// tailTableMinSlots is the least a table has: a log's tables start small
+// and double (1,024 slots made two 4 KiB tables for every log, however
+// few its entries).
+const tailTableMinSlots = 1 << 4
 
 // slot returns the first slot of key h's probe sequence.
 func (t *tailTable) slot(h uint64) uint64 { return (h * 0x9E3779B97F4A7C15) >> t.shift }

@@ -385,6 +385,9 @@ func (l *Log) publish(f *flight) {
 		m.batch.Observe(float64(len(f.fresh)))
 		m.appended.WithLabelValues(l.name).Add(float64(len(f.fresh)))
 		m.size.WithLabelValues(l.name).Set(float64(f.size))
+		if f.size >= bigLogEntries {
+			l.s.big.add(l.id)
+		}
 		l.nudgeSigner()
 	}
 	now := time.Now()

@@ -27,6 +27,8 @@ Modes:
   compare  auditd side by side with Tessera's POSIX server or a decode-only server, each a
            child process, in interleaved rounds (see "auditd-bench compare -h")
   decodeonly  the decode-only reference server compare starts (internal; -listen ADDR)
+  logs     memory of an auditd serve child holding many one-event logs, and its restart
+           time with them (see "auditd-bench logs -h")
 
 Without -server, http and proofs start an auditd API on a loopback port in
 this process, with a temporary data directory. Every mode prints events (or
@@ -70,11 +72,13 @@ func run(args []string) error {
 		return runCompare(rest)
 	case "decodeonly":
 		return runDecodeOnly(rest)
+	case "logs":
+		return runLogs(rest)
 	case "help":
 		fmt.Print(usage)
 		return nil
 	}
-	return usageError{fmt.Errorf("unknown mode %q (append, http, proofs, kafka, derive, verify, compare, decodeonly)", mode)}
+	return usageError{fmt.Errorf("unknown mode %q (append, http, proofs, kafka, derive, verify, compare, decodeonly, logs)", mode)}
 }
 
 // usageError is a command line the mode cannot run: it exits 2.

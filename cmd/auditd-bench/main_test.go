@@ -20,12 +20,14 @@ func TestUsageErrorsExit2(t *testing.T) {
 		"kafka flag":    {"kafka", "--no-such-flag"},
 		"derive flag":   {"derive", "--no-such-flag"},
 		"verify flag":   {"verify", "--no-such-flag"},
+		"logs flag":     {"logs", "--no-such-flag"},
+		"logs counts":   {"logs", "-counts", "10,5"},
 	} {
 		if err := run(args); err == nil || exitStatus(err) != 2 {
 			t.Errorf("%s: %v, exit %d; want 2", name, err, exitStatus(err))
 		}
 	}
-	for _, mode := range []string{"append", "http", "proofs", "kafka", "derive", "verify"} {
+	for _, mode := range []string{"append", "http", "proofs", "kafka", "derive", "verify", "logs"} {
 		if err := run([]string{mode, "-h"}); err != nil {
 			t.Errorf("%s -h: %v", mode, err)
 		}

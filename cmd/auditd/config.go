@@ -94,8 +94,10 @@ type Config struct {
 	Logs []string `yaml:"logs"`
 	// CreateLogs lets a POST to an unknown log create it. Default true.
 	CreateLogs *bool `yaml:"create_logs"`
-	// MaxLogs bounds the logs POSTs may create (403 past it); 0 means no
-	// bound. Default 10000.
+	// MaxLogs bounds the logs POSTs may create: once the store holds
+	// MaxLogs logs (counting those a POST is creating), a POST to a new
+	// name gets 403, however many arrive at once. 0 means no bound.
+	// Default 10000.
 	MaxLogs int `yaml:"max_logs"`
 	// MaxMetricLogs bounds the logs /metrics has series of: past the
 	// first MaxMetricLogs by name, per-log counters and gauges are summed

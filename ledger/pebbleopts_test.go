@@ -157,10 +157,11 @@ func TestEntriesMoveDown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("appends 120,000 entries")
 	}
-	t.Parallel()
+	// Not parallel: whether compactions keep up with the flushes depends on
+	// the CPU they get, and beside the package's other tests they fell
+	// behind often enough to rewrite 9 MB in one run of ten.
 	for _, before := range []bool{false, true} {
 		t.Run(fmt.Sprint("before=", before), func(t *testing.T) {
-			t.Parallel()
 			var mu sync.Mutex
 			var rewritten, moved uint64 // bytes of entry tables
 			s, _ := newTestStore(t, func(o *options) {

@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/auditd/auditd/api"
+	"github.com/auditd/auditd/internal/buildinfo"
 )
 
 func runServe(args []string) error {
@@ -72,6 +73,9 @@ var listenHook = func(ln net.Listener) net.Listener { return ln }
 // it receives the listening address once the server accepts connections.
 // It returns the first component's error, if one stopped.
 func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- string) error {
+	// The first line says which build this is, before anything can fail.
+	in := buildinfo.Read()
+	logger.Info("auditd starting", "version", in.Version, "revision", in.Revision, "dirty", in.Dirty, "go", in.GoVersion)
 	// Certificates next, then bind: a bad certificate or a port in use
 	// leaves no data dir and no key behind.
 	stls, err := serverTLS(cfg, logger) // tls.go

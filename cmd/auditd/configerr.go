@@ -3,8 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -13,6 +15,59 @@ import (
 // yamlUnknownField is yaml.v3's message for a key that KnownFields(true)
 // refuses: it names the Go type, which means nothing to an operator.
 var yamlUnknownField = regexp.MustCompile(`^line (\d+): field (\S+) not found in type (\S+)$`)
+
+// yamlBareDuration is yaml.v3's message for a number where a duration
+// (time.Duration) is wanted, as in checkpoint_interval: 5.
+var yamlBareDuration = regexp.MustCompile("^line (\\d+): cannot unmarshal !!(?:int|float) `([^`]*)` into time.Duration$")
+
+// bareDurationError says where a number was given for a duration (file,
+// line, column and field, found again in the file) and what to write:
+//
+//	auditd.yaml:2:22: checkpoint_interval: 5 is a number, not a duration: use a duration such as 5s
+func bareDurationError(path, line, value string) string {
+	where, field := path+":"+line, ""
+	if b, err := os.ReadFile(path); err == nil {
+		var doc yaml.Node
+		if yaml.Unmarshal(b, &doc) == nil {
+			n, _ := strconv.Atoi(line)
+			if f, col := findScalar(&doc, "", n, value); col > 0 {
+				where, field = fmt.Sprintf("%s:%s:%d", path, line, col), f+": "
+			}
+		}
+	}
+	return fmt.Sprintf("%s: %s%s is a number, not a duration: use a duration such as %ss (units: ms, s, m, h)", where, field, value, value)
+}
+
+// findScalar finds the mapping value at line with the given value under n
+// and returns its dotted YAML path and column.
+func findScalar(n *yaml.Node, prefix string, line int, value string) (string, int) {
+	switch n.Kind {
+	case yaml.DocumentNode:
+		for _, c := range n.Content {
+			if f, col := findScalar(c, prefix, line, value); col > 0 {
+				return f, col
+			}
+		}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			name := strings.TrimPrefix(prefix+"."+k.Value, ".")
+			if v.Kind == yaml.ScalarNode && v.Line == line && v.Value == value {
+				return name, v.Column
+			}
+			if f, col := findScalar(v, name, line, value); col > 0 {
+				return f, col
+			}
+		}
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			if f, col := findScalar(c, fmt.Sprintf("%s[%d]", prefix, i), line, value); col > 0 {
+				return f, col
+			}
+		}
+	}
+	return "", 0
+}
 
 // friendlyConfigError rewrites the YAML errors of a config file so that
 // they name the file, the line, the YAML field and the section it is in,
@@ -29,6 +84,10 @@ func friendlyConfigError(path string, root any, err error) error {
 	fields := yamlFieldsByType(reflect.TypeOf(root))
 	var msgs []string
 	for _, e := range te.Errors {
+		if d := yamlBareDuration.FindStringSubmatch(e); d != nil {
+			msgs = append(msgs, bareDurationError(path, d[1], d[2]))
+			continue
+		}
 		m := yamlUnknownField.FindStringSubmatch(e)
 		if m == nil {
 			msgs = append(msgs, path+":"+strings.TrimPrefix(e, "line "))

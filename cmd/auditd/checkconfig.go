@@ -26,9 +26,10 @@ Checks everything serve would load, without opening the ledger, binding a
 port or connecting to a store: the configuration file, the derivation spec
 files (YAML and CEL), the derived stores' DSNs and URLs (syntax only), the
 signing and witness keys (small regular files only their owner can read),
-the TLS certificate, key and client CAs, the token files, and the
-witnesses' and peers' verifier keys. Exits 0 and prints one line when all
-is valid, 2 with one line per problem (file:line:col where known) if not.
+the TLS certificate, key and client CAs, the Kafka source's TLS files, the
+token files, and the witnesses' and peers' verifier keys. Exits 0 and
+prints one line when all is valid, 2 with one line per problem
+(file:line:col where known) if not.
 
 `
 
@@ -159,6 +160,13 @@ func checkConfig(path string, extraDerivations []string) (summary string, proble
 			if s.ClientAuth() {
 				tlsState = "on, client certificates required"
 			}
+		}
+	}
+
+	// The Kafka source's TLS files, as its client would load them (no dial).
+	if cfg.Kafka != nil {
+		if _, err := cfg.Kafka.ClientOpts(slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+			add(fmt.Errorf("config: kafka: %w", err))
 		}
 	}
 

@@ -47,7 +47,7 @@ const checkConfigSpec = `derivations:
 // one line when it is valid, touching nothing: no data dir, no key.
 func TestCheckConfigValid(t *testing.T) {
 	dir := checkConfigDir(t, map[string]string{
-		"auditd.yaml": "data_dir: DIR/data\ncheckpoint_interval: 5s\nderivations: [DIR/balances.yaml]\n",
+		"auditd.yaml":   "data_dir: DIR/data\ncheckpoint_interval: 5s\nderivations: [DIR/balances.yaml]\n",
 		"balances.yaml": checkConfigSpec,
 	})
 	code, out, errs := runCheckConfigT(t, "--config", filepath.Join(dir, "auditd.yaml"))

@@ -61,7 +61,10 @@ func runCheckConfig(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "auditd check-config: --config FILE is required")
 		return 2
 	}
-	summary, problems := checkConfig(*path, extra)
+	summary, warnings, problems := checkConfig(*path, extra)
+	for _, w := range warnings {
+		fmt.Fprintln(stderr, "warning:", w)
+	}
 	if len(problems) > 0 {
 		for _, p := range problems {
 			fmt.Fprintln(stderr, p)
@@ -81,9 +84,10 @@ func plural(n int, one, many string) string {
 }
 
 // checkConfig loads what serve loads from the file at path (and the extra
-// derivation files) and returns a summary of it, or every problem found.
-// It reads files only: no ledger, no listener, no connection.
-func checkConfig(path string, extraDerivations []string) (summary string, problems []string) {
+// derivation files) and returns a summary of it, or every problem found,
+// and what serve would warn about. It reads files only: no ledger, no
+// listener, no connection.
+func checkConfig(path string, extraDerivations []string) (summary string, warnings, problems []string) {
 	add := func(err error) {
 		for _, line := range strings.Split(err.Error(), "\n") {
 			if line != "" {
@@ -94,7 +98,7 @@ func checkConfig(path string, extraDerivations []string) (summary string, proble
 	cfg, err := loadConfig(path)
 	if err != nil {
 		add(err)
-		return "", problems // nothing further is known
+		return "", nil, problems // nothing further is known
 	}
 	cfg.Derivations = append(cfg.Derivations, extraDerivations...)
 	if err := cfg.validate(); err != nil {
@@ -113,7 +117,7 @@ func checkConfig(path string, extraDerivations []string) (summary string, proble
 	// The signing key: serve generates a missing one.
 	keyState := "to be generated"
 	var checkpointVKey string
-	switch k, err := checkPrivateKeyFile("signing key", cfg.KeyFile, cfg.AllowInsecureKeyFile, func(b string) (string, error) {
+	switch k, err := checkPrivateKeyFile("signing key", cfg.KeyFile, cfg.AllowInsecureKeyFile, &warnings, func(b string) (string, error) {
 		k, err := parseKey(b)
 		if err != nil {
 			return "", err
@@ -132,6 +136,9 @@ func checkConfig(path string, extraDerivations []string) (summary string, proble
 		specs, err := spec.Load(cfg.Derivations...)
 		if err != nil {
 			add(err)
+		}
+		for _, w := range spec.Warnings(specs) {
+			warnings = append(warnings, w.String())
 		}
 		for _, s := range specs {
 			if _, err := spec.Compile(s); err != nil {
@@ -182,7 +189,7 @@ func checkConfig(path string, extraDerivations []string) (summary string, proble
 		if wpath == "" {
 			wpath = filepath.Join(cfg.DataDir, "witness.key")
 		}
-		wkey, err := checkPrivateKeyFile("witness key", wpath, cfg.AllowInsecureKeyFile, func(b string) (string, error) {
+		wkey, err := checkPrivateKeyFile("witness key", wpath, cfg.AllowInsecureKeyFile, &warnings, func(b string) (string, error) {
 			k, err := witness.ParseKey(b)
 			if err != nil {
 				return "", err
@@ -210,15 +217,16 @@ func checkConfig(path string, extraDerivations []string) (summary string, proble
 		cfg.DataDir, cfg.KeyFile, keyState, nDeriv, plural(nDeriv, "derivation", "derivations"), tlsState,
 		len(wc.Logs), plural(len(wc.Logs), "log", "logs"), len(wc.Witnesses), plural(len(wc.Witnesses), "witness", "witnesses"),
 		len(cfg.Checks.Peers.List), plural(len(cfg.Checks.Peers.List), "peer", "peers"))
-	return summary, problems
+	return summary, warnings, problems
 }
 
 // checkPrivateKeyFile checks a private key file as serve reads it: a small
 // regular file that only its owner can read or write (unless allowed), in a
 // form parse accepts; parse returns its verifier key. A missing file is no
-// problem (serve generates it) and returns "".
-func checkPrivateKeyFile(what, path string, allowInsecure bool, parse func(string) (string, error)) (vkey string, err error) {
-	b, _, err := keyfile.Read(what+" file", path)
+// problem (serve generates it) and returns "". An insecure mode that
+// allowInsecure lets through is added to warnings.
+func checkPrivateKeyFile(what, path string, allowInsecure bool, warnings *[]string, parse func(string) (string, error)) (vkey string, err error) {
+	b, mode, err := keyfile.Read(what+" file", path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", nil
 	}
@@ -227,6 +235,9 @@ func checkPrivateKeyFile(what, path string, allowInsecure bool, parse func(strin
 	}
 	if err := checkKeyMode(what, path, allowInsecure, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		return "", err
+	}
+	if err := keyfile.CheckPrivate(what+" file", path, mode.Perm()); err != nil {
+		*warnings = append(*warnings, fmt.Sprintf("%v (allowed by allow_insecure_key_file: serve starts, logging an error)", err))
 	}
 	vkey, err = parse(strings.TrimSpace(string(b)))
 	if err != nil {

@@ -108,6 +108,15 @@ func TestCheckConfigReadableSigningKey(t *testing.T) {
 	if code != 2 || !strings.Contains(errs, key) || !strings.Contains(errs, "chmod 600") {
 		t.Errorf("exit %d, stderr:\n%s\nwant exit 2 naming %s and chmod 600", code, errs, key)
 	}
+	// allow_insecure_key_file: serve would start, so the file is valid, with a warning.
+	allow := filepath.Join(dir, "allow.yaml")
+	if err := os.WriteFile(allow, []byte("data_dir: "+dir+"/data\nkey_file: "+key+"\nallow_insecure_key_file: true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs = runCheckConfigT(t, "--config", allow)
+	if code != 0 || !strings.Contains(errs, "warning: signing key file "+key+" has mode 0644") {
+		t.Errorf("allowed: exit %d, stderr:\n%s\nwant exit 0 and a warning", code, errs)
+	}
 }
 
 // A TLS key file that does not exist is reported.

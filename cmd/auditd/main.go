@@ -14,7 +14,7 @@ const usage = `auditd: an append-only, Merkle-committed event ledger with signed
 
 Usage:
   auditd serve   [flags]   run the daemon (ledger, proof API, Kafka source, metrics)
-  auditd check-config --config FILE [--derivations FILE]...  check what serve would load, without starting it
+  auditd check-config [flags]  check what serve would load (config, derivations, keys, TLS) without starting it
   auditd demo    [flags]   run the daemon on an in-process Kafka broker with sample events
   auditd keygen  [flags]   create a checkpoint signing key
   auditd prove   [flags]   verify an event's inclusion against a running server

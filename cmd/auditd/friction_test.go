@@ -122,8 +122,9 @@ func TestKeygenOutMissingDir(t *testing.T) {
 	}
 }
 
-// TestServeBadOriginMakesNothing: an origin that cannot name a key is
-// refused before the data dir is made.
+// TestServeBadOriginMakesNothing: an origin that cannot name a key, or a
+// derivation spec file that is missing, is refused before the data dir is
+// made.
 func TestServeBadOriginMakesNothing(t *testing.T) {
 	dd := filepath.Join(t.TempDir(), "data")
 	err := runServe([]string{"--origin", "bad name", "--data-dir", dd, "--listen", "127.0.0.1:0"})
@@ -132,6 +133,14 @@ func TestServeBadOriginMakesNothing(t *testing.T) {
 	}
 	if _, err := os.Stat(dd); !os.IsNotExist(err) {
 		t.Errorf("serve left %s behind: %v", dd, err)
+	}
+	missing := filepath.Join(t.TempDir(), "missing.yaml")
+	err = runServe([]string{"--derivations", missing, "--data-dir", dd, "--listen", "127.0.0.1:0"})
+	if err == nil || !strings.Contains(err.Error(), missing) {
+		t.Errorf("serve --derivations %s: %v, want a refusal naming the file", missing, err)
+	}
+	if _, err := os.Stat(dd); !os.IsNotExist(err) {
+		t.Errorf("serve with a missing spec file left %s behind: %v", dd, err)
 	}
 }
 

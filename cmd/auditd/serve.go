@@ -72,8 +72,11 @@ var listenHook = func(ln net.Listener) net.Listener { return ln }
 // it receives the listening address once the server accepts connections.
 // It returns the first component's error, if one stopped.
 func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- string) error {
-	// Certificates next, then bind: a bad certificate or a port in use
-	// leaves no data dir and no key behind.
+	// The derivations' specs, certificates next, then bind: a bad spec, a
+	// bad certificate or a port in use leaves no data dir and no key behind.
+	if err := checkDerivationSpecs(cfg.Derivations); err != nil { // derive.go
+		return err
+	}
 	stls, err := serverTLS(cfg, logger) // tls.go
 	if err != nil {
 		return err

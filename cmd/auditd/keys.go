@@ -146,7 +146,7 @@ func verifierFromPrivate(skey string) (string, error) {
 func runKeygen(args []string) error {
 	fset := flag.NewFlagSet("keygen", flag.ContinueOnError)
 	name := fset.String("name", "", "key name; checkpoints of log L carry the origin NAME/L (default: HOST-KEYHASH, unique to the key)")
-	out := fset.String("out", "auditd.key", "private key file to create (mode 0600); the verifier key goes to OUT.pub")
+	out := fset.String("out", "auditd.key", "private key file to create (mode 0600) in an existing directory; the verifier key goes to OUT.pub (0644)")
 	fset.Usage = func() {
 		fmt.Fprintf(fset.Output(), "Usage: auditd keygen [-name NAME] [-out FILE]\n\nCreates an Ed25519 checkpoint signing key and prints its verifier key.\n\n")
 		fset.PrintDefaults()

@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"crypto/rand"
+	"encoding/pem"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -41,6 +43,26 @@ func TestServerHostPort(t *testing.T) {
 	errb.Reset()
 	if code := runStatus([]string{"--server", "ftp://" + hostport}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "host:port") {
 		t.Errorf("status --server ftp://...: exit %d, want 2 with a hint\n%s", code, errb.String())
+	}
+}
+
+// TestServerHostPortTLS: with --ca-file, a bare host:port is https.
+func TestServerHostPortTLS(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/logs":
+			w.Write([]byte("[]"))
+		default: // derivations, checks and alerts off
+			w.WriteHeader(http.StatusNotFound)
+			w.Write([]byte(`{"code":"alerts_disabled","error":"off"}`))
+		}
+	}))
+	defer srv.Close()
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	writeFile(t, ca, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})))
+	var out, errb bytes.Buffer
+	if code := runStatus([]string{"--server", srv.Listener.Addr().String(), "--ca-file", ca}, &out, &errb); code != 0 {
+		t.Errorf("status --server host:port --ca-file: exit %d\n%s%s", code, out.String(), errb.String())
 	}
 }
 

@@ -108,7 +108,7 @@ func (s *InvariantSpec) UnmarshalYAML(n *yaml.Node) error {
 		case "all":
 			dst, s.exprPos = &s.All, scalarPos(v)
 		default:
-			return fmt.Errorf("line %d: field %s not found in type checkers.InvariantSpec", k.Line, k.Value)
+			return fmt.Errorf("line %d: unknown invariant field %q (want name, and per_key or all)", k.Line, k.Value)
 		}
 		if v.Kind != yaml.ScalarNode {
 			return fmt.Errorf("line %d: invariant field %s must be a string", v.Line, k.Value)

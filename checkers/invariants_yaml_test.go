@@ -58,6 +58,8 @@ func TestInvariantSpecYAMLFields(t *testing.T) {
 		var specs []checkers.InvariantSpec
 		if err := yaml.Unmarshal([]byte(y), &specs); err == nil {
 			t.Errorf("%q: no error", y)
+		} else if strings.Contains(err.Error(), "checkers.") {
+			t.Errorf("%q: %v names a Go type", y, err)
 		}
 	}
 }

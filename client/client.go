@@ -150,6 +150,9 @@ func (c *Client) Checkpoint(ctx context.Context, log string) (merkle.Checkpoint,
 func (c *Client) OpenCheckpoint(signed []byte, log string) (merkle.Checkpoint, error) {
 	cp, err := merkle.OpenCheckpoint(signed, c.verifier, c.Origin(log))
 	if err != nil {
+		if why := keyMismatch(signed, c.verifier); why != "" { // signers.go
+			return cp, verifyErr("checkpoint of %s: %v; %s", log, err, why)
+		}
 		return cp, verifyErr("checkpoint of %s: %v", log, err)
 	}
 	return cp, nil

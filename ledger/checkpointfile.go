@@ -92,7 +92,7 @@ func (e *RollbackError) Error() string {
 	}
 	b.WriteString(" signing on would fork the log. Restore the data directory from a backup (or a replica) that holds the signed entries " +
 		"(an older backup is refused the same way), or open the logs read-only as they are (auditd serve --rollback-read-only, " +
-		"ledger.WithReadOnlyOnRollback) to serve what is left; see docs/operations.md, \"log refused at start\"")
+		"or rollback_read_only: true in the config file) to serve what is left; see docs/operations.md, \"log refused at start\"")
 	return b.String()
 }
 

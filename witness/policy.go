@@ -3,6 +3,7 @@ package witness
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"golang.org/x/mod/sumdb/note"
 
@@ -54,7 +55,7 @@ func (p Policy) Check(signed []byte) ([]string, error) {
 	var unverified *note.UnverifiedNoteError
 	switch {
 	case errors.As(err, &unverified):
-		return nil, fmt.Errorf("%w: no cosignature from the %d witnesses, %d needed", ErrPolicy, len(p.Verifiers), p.Threshold)
+		return nil, fmt.Errorf("%w: no cosignature from the %d witnesses (%s), %d needed", ErrPolicy, len(p.Verifiers), p.names(), p.Threshold)
 	case err != nil:
 		return nil, fmt.Errorf("%w: %v", ErrPolicy, err)
 	}
@@ -71,4 +72,13 @@ func (p Policy) Check(signed []byte) ([]string, error) {
 		return names, fmt.Errorf("%w: %d of the %d witnesses cosigned (%v), %d needed", ErrPolicy, len(names), len(p.Verifiers), names, p.Threshold)
 	}
 	return names, nil
+}
+
+// names lists the policy's witnesses, for an error.
+func (p Policy) names() string {
+	var out []string
+	for _, v := range p.Verifiers {
+		out = append(out, v.Name())
+	}
+	return strings.Join(out, ", ")
 }

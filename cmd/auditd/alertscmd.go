@@ -28,7 +28,7 @@ import (
 func runAlerts(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("alerts", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	server := fs.String("server", "http://127.0.0.1:8080", "base URL of the auditd server")
+	server := fs.String("server", "http://127.0.0.1:8080", "the auditd server: a URL, or host:port for http://host:port")
 	token := fs.String("token", os.Getenv("AUDITD_READ_TOKEN"), "bearer token if the server protects reads (also --read-token)")
 	fs.StringVar(token, "read-token", *token, "same as --token")
 	state := fs.String("state", "firing", "which alerts to list: firing, resolved or all")
@@ -48,18 +48,30 @@ func runAlerts(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	if fs.NArg() > 0 || (*state != "firing" && *state != "resolved" && *state != "all") || *limit < 1 || *limit > 1000 {
-		fmt.Fprintln(stderr, "auditd alerts: --state must be firing, resolved or all, --limit 1..1000, and no arguments")
+	switch {
+	case *state != "firing" && *state != "resolved" && *state != "all":
+		fmt.Fprintf(stderr, "auditd alerts: --state %q: want firing, resolved or all\n", *state)
+		return 2
+	case *limit < 1 || *limit > 1000:
+		fmt.Fprintf(stderr, "auditd alerts: --limit %d: want 1 to 1000\n", *limit)
+		return 2
+	case fs.NArg() > 0:
+		fmt.Fprintf(stderr, "auditd alerts: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	base, err := serverURL(*server, tlsf) // serverurl.go
+	if err != nil {
+		fmt.Fprintf(stderr, "auditd alerts: %v\n", err)
+		return 2
+	}
 	hc, err := tlsf.httpClient()
 	if err != nil {
 		fmt.Fprintf(stderr, "auditd alerts: %v\n", err)
 		return 2
 	}
-	c := &statusClient{base: strings.TrimRight(*server, "/"), token: *token, http: hc}
+	c := &statusClient{base: base, token: *token, http: hc}
 	if *follow {
 		if err := followAlerts(ctx, c, stdout, stderr, *asJSON); err != nil && ctx.Err() == nil {
 			fmt.Fprintf(stderr, "auditd alerts: %v\n", explainTLS(err))

@@ -343,6 +343,11 @@ func (c *Config) validate() error {
 	case c.MaxStreams < 0:
 		return errors.New("config: max_streams must not be negative (0: the default, 100)")
 	}
+	if c.Origin != "" {
+		if err := checkOriginName(c.Origin); err != nil { // origin.go
+			return err
+		}
+	}
 	c.Checks.derivations = c.Derivations
 	c.Checks.kafka = c.Kafka
 	if err := c.Checks.KafkaReread.validate(); err != nil {

@@ -102,3 +102,22 @@ func raiseViolation(m *alert.Manager, v ingest.Violation, logger *slog.Logger) {
 		logger.Error("integrity alert not raised", "log", v.Log, "err", err)
 	}
 }
+
+// checkDerivationSpecs loads and compiles the derivation spec files, so
+// that serve refuses one that does not before it makes the data dir and
+// the key (startDerivations loads them again to run them).
+func checkDerivationSpecs(files []string) error {
+	if len(files) == 0 {
+		return nil
+	}
+	specs, err := spec.Load(files...)
+	if err != nil {
+		return err
+	}
+	for _, s := range specs {
+		if _, err := spec.Compile(s); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,10 +1,7 @@
 package main
 
 import (
-	"encoding/base64"
-	"encoding/binary"
 	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/auditd/auditd/internal/keyfile"
@@ -28,28 +25,4 @@ func verifierKeyArg(key, file string) (string, error) {
 		return strings.TrimSpace(string(b)), nil
 	}
 	return strings.TrimSpace(key), nil
-}
-
-// noteSigners describes who signed a note ("auditd.local (key hash
-// 6874f62d)"), for an error that says which key did sign when the one
-// given did not; "" when the text is not a signed note.
-func noteSigners(signed []byte) string {
-	text := string(signed)
-	i := strings.Index(text, "\n\n")
-	if i < 0 {
-		return ""
-	}
-	var out []string
-	for _, line := range strings.Split(text[i+2:], "\n") {
-		name, sig, ok := strings.Cut(strings.TrimPrefix(line, "\u2014 "), " ")
-		if !ok || !strings.HasPrefix(line, "\u2014 ") {
-			continue
-		}
-		b, err := base64.StdEncoding.DecodeString(sig)
-		if err != nil || len(b) < 4 {
-			continue
-		}
-		out = append(out, fmt.Sprintf("%s (key hash %08x)", name, binary.BigEndian.Uint32(b)))
-	}
-	return strings.Join(out, ", ")
 }

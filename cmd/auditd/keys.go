@@ -2,9 +2,7 @@ package main
 
 import (
 	"crypto/ed25519"
-	"crypto/rand"
 	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -91,7 +89,7 @@ func repairPubFile(pub, vkey string, logger *slog.Logger) {
 	default:
 		why = "not the private key's verifier key"
 	}
-	if err := durable.WriteFile(pub, []byte(vkey+"\n"), publicMode(filepath.Dir(pub))); err != nil {
+	if err := durable.WriteFile(pub, []byte(vkey+"\n"), 0o644); err != nil {
 		logger.Warn("cannot rewrite the verifier key file from the private key", "file", pub, "reason", why, "err", err)
 		return
 	}
@@ -148,7 +146,7 @@ func verifierFromPrivate(skey string) (string, error) {
 func runKeygen(args []string) error {
 	fset := flag.NewFlagSet("keygen", flag.ContinueOnError)
 	name := fset.String("name", "", "key name; checkpoints of log L carry the origin NAME/L (default: HOST-KEYHASH, unique to the key)")
-	out := fset.String("out", "auditd.key", "private key file to create (mode 0600); the verifier key goes to OUT.pub")
+	out := fset.String("out", "auditd.key", "private key file to create (mode 0600) in an existing directory; the verifier key goes to OUT.pub (0644)")
 	fset.Usage = func() {
 		fmt.Fprintf(fset.Output(), "Usage: auditd keygen [-name NAME] [-out FILE]\n\nCreates an Ed25519 checkpoint signing key and prints its verifier key.\n\n")
 		fset.PrintDefaults()
@@ -165,6 +163,13 @@ func runKeygen(args []string) error {
 	if _, err := os.Stat(*out); err == nil {
 		return fmt.Errorf("%s exists; refusing to overwrite a signing key", *out)
 	}
+	// A typo in -out must not leave a key in a directory made for it.
+	dir := filepath.Dir(*out)
+	if fi, err := os.Stat(dir); err != nil {
+		return fmt.Errorf("-out %s: directory %s does not exist (keygen does not create it: make it first, mode 0700)", *out, dir)
+	} else if !fi.IsDir() {
+		return fmt.Errorf("-out %s: %s is not a directory", *out, dir)
+	}
 	if err := writeNewKey(*out, *name); err != nil {
 		return err
 	}
@@ -177,7 +182,7 @@ func runKeygen(args []string) error {
 }
 
 // writeKeyFiles writes a new key file at path (0600) holding skey, then
-// path.pub (0644) holding vkey, each durably: written under a temporary
+// path.pub (0644 whatever the umask: a public key) holding vkey, each durably: written under a temporary
 // name, synced, moved into place and the directory synced, so that after a
 // crash a file is whole or absent, never empty. The key file is moved into
 // place with a hard link, which fails (fs.ErrExist) if path exists: a
@@ -209,28 +214,5 @@ func writeKeyFiles(path, skey, vkey string) error {
 	if err := durable.SyncDir(dir); err != nil {
 		return err
 	}
-	return durable.WriteFile(path+".pub", []byte(vkey+"\n"), publicMode(dir))
-}
-
-// publicMode is the mode os.WriteFile(name, data, 0o644) gives a new file
-// in dir: 0644 less the process's umask. durable.WriteFile sets the mode
-// it is given as it is, and serve runs under umask 077 so that no file in
-// the data dir is readable by others, the .pub included. Go cannot read
-// the umask without changing it (for every goroutine), so publicMode
-// creates an empty file and looks; 0600 if it cannot.
-func publicMode(dir string) fs.FileMode {
-	var b [8]byte
-	rand.Read(b[:])
-	probe := filepath.Join(dir, ".tmp-mode-"+hex.EncodeToString(b[:])) // durable.IsTemp
-	f, err := os.OpenFile(probe, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return 0o600
-	}
-	defer os.Remove(probe)
-	fi, err := f.Stat()
-	f.Close()
-	if err != nil {
-		return 0o600
-	}
-	return fi.Mode().Perm()
+	return durable.WriteFile(path+".pub", []byte(vkey+"\n"), 0o644) // public: 0644 whatever the umask (serve's is 077)
 }

@@ -104,9 +104,9 @@ func TestKeyPubRewriteLogged(t *testing.T) {
 	}
 }
 
-// TestWriteKeyFiles: the key is 0600, the .pub 0644 less the umask (as
-// os.WriteFile made it: serve's umask 077 keeps it private), no temporary
-// file is left, and an existing key is never replaced.
+// TestWriteKeyFiles: the key is 0600, the .pub 0644 whatever the umask
+// (a public key; serve runs under umask 077), no temporary file is left,
+// and an existing key is never replaced.
 func TestWriteKeyFiles(t *testing.T) {
 	defer umask(umask(0o022)) // serve sets 077 for the whole process
 	dir := filepath.Join(t.TempDir(), "new", "dir")
@@ -166,7 +166,7 @@ func TestWriteKeyFiles(t *testing.T) {
 	}
 	if fi, err := os.Stat(private + ".pub"); err != nil {
 		t.Error(err)
-	} else if fi.Mode().Perm() != 0o600 {
-		t.Errorf("under umask 077 the rewritten .pub has mode %04o, want 0600", fi.Mode().Perm())
+	} else if fi.Mode().Perm() != 0o644 {
+		t.Errorf("under umask 077 the rewritten .pub has mode %04o, want 0644", fi.Mode().Perm())
 	}
 }

@@ -77,3 +77,18 @@ func checkOrigin(k *signingKey, origin string) error {
 	}
 	return nil
 }
+
+// checkOriginName refuses an origin (--origin, origin:) that cannot name
+// a signed-note key, before serve creates anything: such a name would
+// otherwise be refused only when the key is generated, in a data dir
+// already made for it.
+func checkOriginName(name string) error {
+	vkey, err := note.NewEd25519VerifierKey(name, make(ed25519.PublicKey, ed25519.PublicKeySize))
+	if err == nil {
+		_, err = note.NewVerifier(vkey)
+	}
+	if err != nil {
+		return fmt.Errorf("config: origin %q: a key name is printable, without spaces or +", name)
+	}
+	return nil
+}

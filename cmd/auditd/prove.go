@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/auditd/auditd/client"
+	"github.com/auditd/auditd/witness"
 )
 
 const proveUsage = `Usage: auditd prove -log LOG (-id ID | -index N) (-verifier-key KEY | -verifier-key-file F) [flags]
@@ -47,7 +49,7 @@ func runProve(args []string, stdout, stderr io.Writer) int {
 	var f proveFlags
 	fset := flag.NewFlagSet("prove", flag.ContinueOnError)
 	fset.SetOutput(stderr)
-	fset.StringVar(&f.server, "server", "http://127.0.0.1:8080", "auditd server URL")
+	fset.StringVar(&f.server, "server", "http://127.0.0.1:8080", "the auditd server: a URL, or host:port for http://host:port")
 	fset.StringVar(&f.log, "log", "", "log name (required)")
 	fset.StringVar(&f.id, "id", "", "event id to prove")
 	fset.Int64Var(&f.index, "index", -1, "entry index to prove (instead of -id)")
@@ -116,11 +118,15 @@ func prove(f proveFlags, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	base, err := serverURL(f.server, f.tls) // serverurl.go
+	if err != nil {
+		return err
+	}
 	tc, err := f.tls.config()
 	if err != nil {
 		return err
 	}
-	c := client.New(f.server, v, append(wopts, client.WithTLSConfig(tc))...).WithToken(f.token)
+	c := client.New(base, v, append(wopts, client.WithTLSConfig(tc))...).WithToken(f.token)
 	checked := func(err error) error {
 		if errors.Is(err, client.ErrVerification) {
 			return proveFailure{1, err}
@@ -129,12 +135,21 @@ func prove(f proveFlags, stdout io.Writer) error {
 	}
 	cp, signed, err := c.Checkpoint(ctx, f.log)
 	if err != nil {
-		if by := noteSigners(signed); by != "" && errors.Is(err, client.ErrVerification) {
-			err = fmt.Errorf("%w; the key given is %s (key hash %08x), the checkpoint is signed by %s", err, v.Name(), v.KeyHash(), by)
-		}
-		return checked(err)
+		return checked(err) // a wrong key names the key given and the checkpoint's signers (client.OpenCheckpoint)
 	}
 	fmt.Fprintf(stdout, "checkpoint  %s  size %d  root %s  signature OK (%s)\n", c.Origin(f.log), cp.Size, cp.Root, v.Name())
+	if len(f.wp.keys) > 0 {
+		// The client checked the policy with the checkpoint; say who cosigned.
+		p, err := witness.NewPolicy(f.wp.threshold, f.wp.keys...)
+		if err != nil {
+			return err
+		}
+		names, err := p.Check(signed)
+		if err != nil {
+			return checked(fmt.Errorf("%w: %v", client.ErrVerification, err))
+		}
+		fmt.Fprintf(stdout, "witnesses   cosigned by %s (%d of %d needed)  OK\n", strings.Join(names, ", "), p.Threshold, len(p.Verifiers))
+	}
 	var e *client.Entry
 	if f.id != "" {
 		e, err = c.EntryByID(ctx, f.log, f.id)

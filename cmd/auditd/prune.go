@@ -27,13 +27,15 @@ entry's leaf, the tiles, the indexes and the signed checkpoints: every
 inclusion and consistency proof still verifies and every leaf still
 recomputes from the entry's fields and its payload's SHA-256. Pruning
 removes a prefix of the log, never goes past its latest signed checkpoint,
-and compacts the pruned range so the disk space is reclaimed. It is
-idempotent: after an interruption, run it again. A derivation that reads
-the log can no longer fold the pruned range (state snapshots are not
-implemented yet): serve refuses a retention policy on such a log, and
-with --config (serve's config file) this command refuses to prune a log
-one of its derivations reads; the file also gives the defaults of
---data-dir, --key-file and --checkpoint-dir.
+and compacts the pruned range so the disk space is reclaimed; an index
+past the end of the log is refused. It is idempotent: after an
+interruption, run it again. A derivation that reads the log can no longer
+fold the pruned range unless it starts from a snapshot of its state:
+serve's retention policy (retention: in its config) snapshots such a
+derivation before it prunes its source (docs/derivations.md, "Snapshots"),
+but this command makes no snapshot, so with --config (serve's config
+file) it refuses to prune a log one of its derivations reads; the file
+also gives the defaults of --data-dir, --key-file and --checkpoint-dir.
 
 The daemon must not be running on DIR: the ledger's lock refuses it.
 
@@ -89,7 +91,7 @@ func runPrune(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	if err := prune(ctx, f, o, stdout); err != nil {
 		fmt.Fprintln(stderr, "auditd prune:", err)
-		return 1
+		return exitStatus(err) // main.go: 2 for a --before past the end
 	}
 	return 0
 }
@@ -121,7 +123,7 @@ func (f *pruneFlags) fromConfig() error {
 		return err
 	}
 	if err := derivationGuard(specs)(f.log); err != nil {
-		return fmt.Errorf("%w: its folds would fail on the pruned range (state snapshots are not implemented yet)", err)
+		return fmt.Errorf("%w: its folds would fail on the pruned range, and this command makes no snapshot of its state; prune it with serve's retention policy (retention: in the config), which snapshots the derivation first (docs/derivations.md, \"Snapshots\")", err)
 	}
 	return nil
 }
@@ -178,6 +180,11 @@ func prune(ctx context.Context, f pruneFlags, o ledger.PruneOptions, stdout io.W
 	l, err := st.Log(f.log)
 	if err != nil {
 		return fmt.Errorf("no log %q in %s", f.log, f.dataDir)
+	}
+	if size := l.Size(); o.OlderThan.IsZero() && o.Before > size {
+		// Likely a typo or the wrong log: say so rather than prune the
+		// whole log up to its checkpoint.
+		return usageError{fmt.Errorf("--before %d is past the end of log %s, which has %d entries (indexes 0 to %d); nothing pruned", o.Before, f.log, size, int64(size)-1)}
 	}
 	before, err := st.DiskUsage()
 	if err != nil {

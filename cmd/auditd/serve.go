@@ -76,8 +76,11 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 	// The first line says which build this is, before anything can fail.
 	in := buildinfo.Read()
 	logger.Info("auditd starting", "version", in.Version, "revision", in.Revision, "dirty", in.Dirty, "go", in.GoVersion)
-	// Certificates next, then bind: a bad certificate or a port in use
-	// leaves no data dir and no key behind.
+	// The derivations' specs, certificates next, then bind: a bad spec, a
+	// bad certificate or a port in use leaves no data dir and no key behind.
+	if err := checkDerivationSpecs(cfg.Derivations); err != nil { // derive.go
+		return err
+	}
 	stls, err := serverTLS(cfg, logger) // tls.go
 	if err != nil {
 		return err

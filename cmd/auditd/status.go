@@ -150,7 +150,7 @@ func (c *statusClient) fetch(ctx context.Context, progress func(done, total int)
 func runStatus(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	server := fs.String("server", "http://127.0.0.1:8080", "base URL of the auditd server")
+	server := fs.String("server", "http://127.0.0.1:8080", "the auditd server: a URL, or host:port for http://host:port")
 	token := fs.String("token", os.Getenv("AUDITD_READ_TOKEN"), "bearer token if the server protects reads (also --read-token)")
 	fs.StringVar(token, "read-token", *token, "same as --token")
 	asJSON := fs.Bool("json", false, "print the server's answers as one JSON object instead of tables")
@@ -174,12 +174,17 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
+	base, err := serverURL(*server, tlsf) // serverurl.go
+	if err != nil {
+		fmt.Fprintf(stderr, "auditd status: %v\n", err)
+		return 2
+	}
 	hc, err := tlsf.httpClient()
 	if err != nil {
 		fmt.Fprintf(stderr, "auditd status: %v\n", err)
 		return 2
 	}
-	c := &statusClient{base: strings.TrimRight(*server, "/"), token: *token, http: hc}
+	c := &statusClient{base: base, token: *token, http: hc}
 	progress := func(int, int) {}
 	if isTerminal(stderr) && !*asJSON {
 		progress = func(done, total int) {

@@ -66,7 +66,7 @@ func parseVerifyFlags(args []string, stderr io.Writer) (f verifyFlags, help bool
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.config, "config", "", "derivation spec file (YAML with a derivations list), or the daemon's config file (the spec files its derivations name); required")
 	fs.StringVar(&f.dataDir, "data-dir", "", "verify against the ledger in this data dir (the daemon must not be running on it)")
-	fs.StringVar(&f.server, "server", "", "verify against a remote auditd at this URL")
+	fs.StringVar(&f.server, "server", "", "verify against a remote auditd at this URL (or host:port for http://host:port)")
 	fs.StringVar(&f.vkey, "verifier-key", "", "checkpoint verifier key of the remote auditd (NAME+HASH+KEY), or @FILE")
 	fs.StringVar(&f.vkeyFile, "verifier-key-file", "", "file holding the verifier key (same as --verifier-key @FILE)")
 	fs.StringVar(&f.token, "token", os.Getenv("AUDITD_READ_TOKEN"), "bearer token if the server protects reads")
@@ -77,7 +77,7 @@ func parseVerifyFlags(args []string, stderr io.Writer) (f verifyFlags, help bool
 	fs.IntVar(&f.workers, "workers", 0, "fold workers (default: the number of CPUs)")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Minute, "overall time limit")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar and no logs on stderr")
-	fs.BoolVar(&f.fromSnapshot, "from-snapshot", false, "with --server: start each derivation from the snapshot the server publishes, checked against --verifier-key (verify_snapshot.go)")
+	fs.BoolVar(&f.fromSnapshot, "from-snapshot", false, "with --server: start each derivation from the snapshot the server publishes, checked against --verifier-key (docs/derivations.md, \"Snapshots\")")
 	bindWitnessPolicyFlags(fs, &f.wp) // witness.go; with --server only
 	bindClientTLSFlags(fs, &f.tls)    // tls.go; with --server only
 	fs.Usage = func() {
@@ -235,11 +235,15 @@ func verifyLedger(f verifyFlags, logger *slog.Logger) (rederive.Ledger, func(), 
 	if err != nil {
 		return nil, nil, fmt.Errorf("verifier key: %w", err)
 	}
+	base, err := serverURL(f.server, f.tls) // serverurl.go
+	if err != nil {
+		return nil, nil, err
+	}
 	tc, err := f.tls.config()
 	if err != nil {
 		return nil, nil, err
 	}
-	return &rederive.RemoteLedger{Client: client.New(strings.TrimRight(f.server, "/"), v, append(wopts, client.WithTLSConfig(tc))...).WithToken(f.token)}, func() {}, nil
+	return &rederive.RemoteLedger{Client: client.New(base, v, append(wopts, client.WithTLSConfig(tc))...).WithToken(f.token)}, func() {}, nil
 }
 
 // writeVerifyReports writes the JSON, JUnit and Markdown reports asked for.

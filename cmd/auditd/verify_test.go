@@ -606,6 +606,18 @@ func TestVerifyLedgerFailures(t *testing.T) {
 		}
 		r := runVerifyTest(t, "--config", spec, "--server", d.url, "--verifier-key", strings.TrimSpace(string(pub)))
 		checkVerificationFailure(t, r, "checkpoint of payments")
+		// It names the key given and the key that signed, as prove does.
+		served, _ := os.ReadFile(d.vkeyFile)
+		signer, _, _ := strings.Cut(strings.TrimSpace(string(served)), "+")
+		if !regexpMatch(`the key given is auditd\.local \(key hash [0-9a-f]{8}\), the checkpoint is signed by `+regexp.QuoteMeta(signer)+` \(key hash [0-9a-f]{8}\)`, r.stdout) {
+			t.Errorf("the report does not name the key given and the signer %s; %v", signer, r)
+		}
+	})
+
+	t.Run("server as host:port", func(t *testing.T) {
+		if r := runVerifyTest(t, d.remoteArgs(strings.TrimPrefix(d.url, "http://"), spec)...); r.code != exitClean {
+			t.Errorf("--server host:port: %v", r)
+		}
 	})
 
 	t.Run("forged checkpoint root", func(t *testing.T) {

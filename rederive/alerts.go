@@ -25,6 +25,10 @@ const maxAlertDrift = 20
 // store error, a derivation error, an incremental fold that disagrees with
 // the full one. A condition the report no longer shows resolves; a run in
 // error says nothing about drift, so drift alerts stay as they were.
+//
+// Drift takes the severity of the derivation's spec (rep.Severity); the
+// errors are warnings and an incremental mismatch is critical (the
+// defaults of their kinds).
 func RaiseAlerts(m AlertSyncer, rep *Report) error {
 	name := rep.Derivation
 	details := func(v any) json.RawMessage {
@@ -44,7 +48,11 @@ func RaiseAlerts(m AlertSyncer, rep *Report) error {
 			if len(drift) > maxAlertDrift {
 				drift = drift[:maxAlertDrift]
 			}
-			sync(alert.KindDrift, alert.Alert{ID: "drift/" + name, Labels: labels,
+			dl := map[string]string{"derivation": name}
+			if rep.Severity != "" {
+				dl["severity"] = rep.Severity
+			}
+			sync(alert.KindDrift, alert.Alert{ID: "drift/" + name, Labels: dl,
 				Summary: fmt.Sprintf("derivation %s: %d keys drifted from the ledger (%d missing, %d extra, %d mismatched)",
 					name, rep.Confirmed, rep.Stats.Missing, rep.Stats.Extra, rep.Stats.Mismatched),
 				Details: details(map[string]any{"pins": rep.Pins, "confirmed": rep.Confirmed, "pending": rep.Pending,

@@ -43,6 +43,9 @@ type Report struct {
 	FromSnapshot bool   `json:"from_snapshot,omitempty"`
 	State        string `json:"state"`
 	ErrorKind    string `json:"error_kind,omitempty"`
+	// Severity is the severity of the derivation's drift alerts, from its
+	// spec (empty: warning).
+	Severity string `json:"severity,omitempty"`
 	// Waiting says why a pending run judged nothing (no source log has a
 	// signed checkpoint yet).
 	Waiting   string    `json:"waiting,omitempty"`

@@ -103,7 +103,7 @@ func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
 	if r.bucket != nil {
 		prev, _ = LatestReport(r.bucket, d.Name())
 	}
-	rep := &Report{Derivation: d.Name(), Mode: "full", StartedAt: now().UTC(), Drift: []DriftReport{}}
+	rep := &Report{Derivation: d.Name(), Mode: "full", Severity: sp.Severity, StartedAt: now().UTC(), Drift: []DriftReport{}}
 	fail := func(f *runFailure) (*Report, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

@@ -144,3 +144,43 @@ func TestDriftAlertSeverity(t *testing.T) {
 		}
 	}
 }
+
+// TestAlertSummaryCounts: a count of one reads "1 key", not "1 keys".
+func TestAlertSummaryCounts(t *testing.T) {
+	t.Parallel()
+	lg := newRTLedger(t)
+	kv, err := lg.store.Bucket("alerts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := alert.NewManager(kv, alert.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	for _, c := range []struct {
+		rep  *Report
+		kind alert.Kind
+		want string
+	}{
+		{&Report{Derivation: "one", Mode: "full", State: StateDrift, Confirmed: 1, Stats: compare.Stats{Missing: 1}, IncrementalMismatch: []string{"a"}},
+			alert.KindDrift, "derivation one: 1 key drifted from the ledger (1 missing, 0 extra, 0 mismatched)"},
+		{nil, alert.KindIntegrity, "derivation one: the incremental state differs from a full fold on 1 key"},
+		{&Report{Derivation: "two", Mode: "full", State: StateDrift, Confirmed: 2, Stats: compare.Stats{Extra: 2}},
+			alert.KindDrift, "derivation two: 2 keys drifted from the ledger (0 missing, 2 extra, 0 mismatched)"},
+	} {
+		if c.rep != nil {
+			if err := RaiseAlerts(m, c.rep); err != nil {
+				t.Fatal(err)
+			}
+		}
+		subject := "one"
+		if c.rep != nil {
+			subject = c.rep.Derivation
+		}
+		got := m.List(alert.Filter{State: alert.StateFiring, Kind: c.kind, Subject: subject})
+		if len(got) != 1 || got[0].Summary != c.want {
+			t.Errorf("%s alert of %s: %+v, want summary %q", c.kind, subject, got, c.want)
+		}
+	}
+}

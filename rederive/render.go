@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/auditd/auditd/internal/plural"
 	"github.com/auditd/auditd/rederive/compare"
 )
 
@@ -69,7 +70,7 @@ func skipped(r *Report) string {
 	if r.DerivationErrors == 0 {
 		return ""
 	}
-	return fmt.Sprintf("%d events skipped on derivation errors (their filter, key or step failed; the expected values leave them out)", r.DerivationErrors)
+	return plural.N(r.DerivationErrors, "event", "events") + " skipped on derivation errors (their filter, key or step failed; the expected values leave them out)"
 }
 
 // describe says in a line what differs.
@@ -165,8 +166,8 @@ func WriteJUnit(w io.Writer, reports []*Report) error {
 		_ = WriteTable(&detail, []*Report{r})
 		switch r.State {
 		case StateDrift:
-			c.Failure = &junitMessage{Type: "drift", Message: fmt.Sprintf("%d keys drifted (%d missing, %d extra, %d mismatched)",
-				r.Confirmed, r.Stats.Missing, r.Stats.Extra, r.Stats.Mismatched), Text: detail.String()}
+			c.Failure = &junitMessage{Type: "drift", Message: fmt.Sprintf("%s drifted (%d missing, %d extra, %d mismatched)",
+				plural.N(r.Confirmed, "key", "keys"), r.Stats.Missing, r.Stats.Extra, r.Stats.Mismatched), Text: detail.String()}
 			s.Fails++
 		case StateError:
 			c.Error = &junitMessage{Type: r.ErrorKind, Message: r.Error, Text: detail.String()}

@@ -42,6 +42,9 @@ func WriteTable(w io.Writer, reports []*Report) error {
 		if r.Waiting != "" && len(r.Drift) > 0 {
 			fmt.Fprintf(w, "\n%s: pending: %s\n", r.Derivation, r.Waiting)
 		}
+		if r.State == StateNoSource {
+			fmt.Fprintf(w, "\n%s: %s\n", r.Derivation, r.Waiting)
+		}
 		if len(r.Drift) == 0 {
 			continue
 		}
@@ -197,7 +200,7 @@ func WriteMarkdown(w io.Writer, reports []*Report) error {
 	var b strings.Builder
 	b.WriteString("## auditd verify\n\n| derivation | state | events | keys | missing | extra | mismatched | pending |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range reports {
-		icon := map[string]string{StateClean: "✅ clean", StatePending: "⏳ pending", StateDrift: "❌ drift", StateError: "⚠️ error"}[r.State]
+		icon := map[string]string{StateClean: "✅ clean", StatePending: "⏳ pending", StateDrift: "❌ drift", StateError: "⚠️ error", StateNoSource: "⚠️ no source"}[r.State]
 		fmt.Fprintf(&b, "| `%s` | %s | %d | %d | %d | %d | %d | %d |\n", r.Derivation, icon, r.Events, r.Keys,
 			r.Stats.Missing, r.Stats.Extra, r.Stats.Mismatched, r.Pending)
 	}

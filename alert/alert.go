@@ -65,6 +65,31 @@ func (k Kind) AlertName() string {
 	return "Auditd"
 }
 
+// The severities of an alert, the values of its "severity" label, which
+// Alertmanager routes on.
+const (
+	SeverityCritical = "critical"
+	SeverityWarning  = "warning"
+	SeverityInfo     = "info"
+)
+
+// ValidSeverity reports whether s is SeverityCritical, SeverityWarning or
+// SeverityInfo.
+func ValidSeverity(s string) bool {
+	return s == SeverityCritical || s == SeverityWarning || s == SeverityInfo
+}
+
+// Severity is the severity of the kind's alerts whose raiser names none:
+// critical for integrity and storage (the ledger's guarantees are at
+// stake), warning for drift, derivation and store errors.
+func (k Kind) Severity() string {
+	switch k {
+	case KindIntegrity, KindStorage:
+		return SeverityCritical
+	}
+	return SeverityWarning
+}
+
 // State is whether an alert is firing.
 type State string
 
@@ -88,9 +113,11 @@ type Alert struct {
 	State   State  `json:"state"`
 	Subject string `json:"subject"` // the derivation or log the alert is about
 	Summary string `json:"summary"` // one line for humans
-	// Labels are extra low-cardinality labels (for example "severity" or
-	// "team"), passed on to sinks; at most [MaxLabels], names as in
-	// Prometheus. The names alertname, kind, subject and id are reserved.
+	// Labels are extra low-cardinality labels (for example "team"), passed
+	// on to sinks; at most [MaxLabels], names as in Prometheus. The names
+	// alertname, kind, subject and id are reserved. Every stored alert has
+	// a "severity" label, one of critical, warning and info: the Manager
+	// sets [Kind.Severity] when the raiser gives none.
 	Labels map[string]string `json:"labels,omitempty"`
 	// Details is a JSON value with the evidence, e.g. the excerpt of a
 	// drift report with lineage and proofs; at most [MaxDetailsBytes].
@@ -180,6 +207,9 @@ func (a *Alert) check() error {
 		}
 		if len(v) > MaxLabelValueBytes || !utf8.ValidString(v) {
 			return bad("label %s: value must be at most %d bytes of UTF-8", k, MaxLabelValueBytes)
+		}
+		if k == "severity" && v != "" && !ValidSeverity(v) {
+			return bad("severity %q: want critical, warning or info", v)
 		}
 	}
 	if len(a.Details) > MaxDetailsBytes {

@@ -173,6 +173,12 @@ func (m *Manager) load() error {
 		if err := json.Unmarshal(v, a); err != nil {
 			return fmt.Errorf("alert: load %q: %w", k, err)
 		}
+		if a.Labels["severity"] == "" { // stored before alerts had one
+			if a.Labels == nil {
+				a.Labels = map[string]string{}
+			}
+			a.Labels["severity"] = a.Kind.Severity()
+		}
 		m.alerts[a.ID] = a
 		m.seq = max(m.seq, a.Seq)
 		if a.State == StateFiring {
@@ -268,14 +274,18 @@ func (m *Manager) Fire(a Alert) (Alert, error) {
 }
 
 // normalize checks the raiser's fields of a and puts them in canonical
-// form: an owned copy, Details compacted, empty Labels nil.
+// form: an owned copy, Details compacted, the kind's severity when the
+// raiser gave none.
 func normalize(a *Alert) error {
 	if err := a.check(); err != nil {
 		return err
 	}
 	*a = a.clone()
-	if len(a.Labels) == 0 {
-		a.Labels = nil
+	if a.Labels["severity"] == "" {
+		if a.Labels == nil {
+			a.Labels = map[string]string{}
+		}
+		a.Labels["severity"] = a.Kind.Severity()
 	}
 	if len(a.Details) == 0 {
 		a.Details = nil

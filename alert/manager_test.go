@@ -172,7 +172,7 @@ func TestFire(t *testing.T) {
 	l := drift("balances", "4 keys differ")
 	l.Labels = map[string]string{"severity": "critical"}
 	e.fire(l)
-	if n := sink.next(t); n.State != alert.StateResolved || n.Labels != nil {
+	if n := sink.next(t); n.State != alert.StateResolved || n.Labels["severity"] != "warning" {
 		t.Errorf("sink got %+v, want the old labels resolved", n)
 	}
 	if n := sink.next(t); n.State != alert.StateFiring || n.Labels["severity"] != "critical" {

@@ -97,7 +97,7 @@ func TestAlertsList(t *testing.T) {
 	r = env.getJSON("/v1/alerts?kind=drift", nil)
 	a, _ := m.Get("drift/balances")
 	wantJSON(t, "drift alert", r.body, `{"alerts":[{"id":"drift/balances","kind":"drift","state":"firing","subject":"balances",
-		"summary":"3 keys <differ> & more","details":{"keys":3},"starts_at":"`+a.StartsAt.Format(time.RFC3339Nano)+`",
+		"summary":"3 keys <differ> & more","labels":{"severity":"warning"},"details":{"keys":3},"starts_at":"`+a.StartsAt.Format(time.RFC3339Nano)+`",
 		"updated_at":"`+a.UpdatedAt.Format(time.RFC3339Nano)+`","seq":1}]}`)
 	if !strings.Contains(string(r.body), "<differ> & more") {
 		t.Errorf("body %s is HTML-escaped", r.body)

@@ -15,6 +15,7 @@ import (
 	"cel.dev/cel-go/common/types/traits"
 	"cel.dev/cel-go/ext"
 
+	"github.com/auditd/auditd/internal/plural"
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/rederive"
 	"github.com/auditd/auditd/rederive/fold"
@@ -172,9 +173,9 @@ func (iv *Invariants) Check(states iter.Seq2[string, any]) []Finding {
 		ok, err := evalBool(inv.prg, map[string]any{"states": all, "values": values, "count": int64(len(values))})
 		switch {
 		case err != nil:
-			found(inv, "", fmt.Sprintf("over %d keys: cannot be evaluated: %v", len(values), err))
+			found(inv, "", fmt.Sprintf("over %s: cannot be evaluated: %v", plural.N(len(values), "key", "keys"), err))
 		case !ok:
-			found(inv, "", fmt.Sprintf("false over %d keys", len(values)))
+			found(inv, "", "false over "+plural.N(len(values), "key", "keys"))
 		}
 	}
 	return out

@@ -3,6 +3,7 @@ package checkers
 import (
 	"fmt"
 
+	"github.com/auditd/auditd/internal/plural"
 	"github.com/auditd/auditd/ledger"
 )
 
@@ -73,8 +74,12 @@ func (w *logScrub) flushPruned() {
 	if c.n == 0 {
 		return
 	}
+	holds, their := "hold no payload", "their payloads were"
+	if c.n == 1 {
+		holds, their = "holds no payload", "its payload was"
+	}
 	w.found(Finding{Index: At(c.from), Kind: ledger.IntegrityPrunedOutsidePolicy, Detail: fmt.Sprintf(
-		"%d entries from %d hold no payload, but the log's pruning watermark is %d: their payloads were deleted outside the retention policy (the leaves still match the tree)",
-		c.n, c.from, c.watermark)})
+		"%s from %d %s, but the log's pruning watermark is %d: %s deleted outside the retention policy (the leaves still match the tree)",
+		plural.N(c.n, "entry", "entries"), c.from, holds, c.watermark, their)})
 	c.n = 0
 }

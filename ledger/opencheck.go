@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"golang.org/x/mod/sumdb/note"
 
+	"github.com/auditd/auditd/internal/plural"
 	"github.com/auditd/auditd/merkle"
 )
 
@@ -175,7 +176,8 @@ func checkLog(c *logCheck) (logVerdict, error) {
 		case !c.held:
 			v.bad = fail(IntegrityRollback, "%s %s the checkpoint signed at size %d, but storage has no log %s at all", where, holds, pin.Size, c.name)
 		case c.size < pin.Size:
-			v.bad = fail(IntegrityRollback, "storage holds %d entries, but %s %s the checkpoint signed at size %d: %d signed entries are lost", c.size, where, holds, pin.Size, pin.Size-c.size)
+			lost := plural.N(pin.Size-c.size, "signed entry is", "signed entries are")
+			v.bad = fail(IntegrityRollback, "storage holds %s, but %s %s the checkpoint signed at size %d: %s lost", plural.N(c.size, "entry", "entries"), where, holds, pin.Size, lost)
 		default:
 			at, err := rootAt(pin.Size)
 			if err != nil {

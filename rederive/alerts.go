@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/auditd/auditd/alert"
+	"github.com/auditd/auditd/internal/plural"
 )
 
 // AlertSyncer keeps the set of firing alerts of one kind and subject:
@@ -25,6 +26,10 @@ const maxAlertDrift = 20
 // store error, a derivation error, an incremental fold that disagrees with
 // the full one. A condition the report no longer shows resolves; a run in
 // error says nothing about drift, so drift alerts stay as they were.
+//
+// Drift takes the severity of the derivation's spec (rep.Severity); the
+// errors are warnings and an incremental mismatch is critical (the
+// defaults of their kinds).
 func RaiseAlerts(m AlertSyncer, rep *Report) error {
 	name := rep.Derivation
 	details := func(v any) json.RawMessage {
@@ -44,9 +49,13 @@ func RaiseAlerts(m AlertSyncer, rep *Report) error {
 			if len(drift) > maxAlertDrift {
 				drift = drift[:maxAlertDrift]
 			}
-			sync(alert.KindDrift, alert.Alert{ID: "drift/" + name, Labels: labels,
-				Summary: fmt.Sprintf("derivation %s: %d keys drifted from the ledger (%d missing, %d extra, %d mismatched)",
-					name, rep.Confirmed, rep.Stats.Missing, rep.Stats.Extra, rep.Stats.Mismatched),
+			dl := map[string]string{"derivation": name}
+			if rep.Severity != "" {
+				dl["severity"] = rep.Severity
+			}
+			sync(alert.KindDrift, alert.Alert{ID: "drift/" + name, Labels: dl,
+				Summary: fmt.Sprintf("derivation %s: %s drifted from the ledger (%d missing, %d extra, %d mismatched)",
+					name, plural.N(rep.Confirmed, "key", "keys"), rep.Stats.Missing, rep.Stats.Extra, rep.Stats.Mismatched),
 				Details: details(map[string]any{"pins": rep.Pins, "confirmed": rep.Confirmed, "pending": rep.Pending,
 					"drift": drift, "report": "/v1/derivations/" + name + "/runs/latest"})})
 		} else {
@@ -69,7 +78,7 @@ func RaiseAlerts(m AlertSyncer, rep *Report) error {
 	}
 	if len(rep.IncrementalMismatch) > 0 {
 		sync(alert.KindIntegrity, alert.Alert{ID: "integrity/derivation/" + name, Labels: labels,
-			Summary: fmt.Sprintf("derivation %s: the incremental state differs from a full fold on %d keys", name, len(rep.IncrementalMismatch)),
+			Summary: fmt.Sprintf("derivation %s: the incremental state differs from a full fold on %s", name, plural.N(len(rep.IncrementalMismatch), "key", "keys")),
 			Details: details(map[string]any{"keys": rep.IncrementalMismatch})})
 	} else if rep.Mode == "full" && rep.State != StateError {
 		sync(alert.KindIntegrity)

@@ -161,9 +161,12 @@ type JobInfo struct {
 	FullInterval store.Duration `json:"full_interval"`
 	Running      bool           `json:"running"`
 	LastState    string         `json:"last_state,omitempty"`
-	LastRunAt    time.Time      `json:"last_run_at,omitzero"`
-	Confirmed    int            `json:"confirmed"`
-	Pending      int            `json:"pending"`
+	// Waiting says why the latest run judged nothing: its sources match
+	// no log (state no_source), or no source log is checkpointed yet.
+	Waiting   string    `json:"waiting,omitempty"`
+	LastRunAt time.Time `json:"last_run_at,omitzero"`
+	Confirmed int       `json:"confirmed"`
+	Pending   int       `json:"pending"`
 	// Skipped counts the events the latest run skipped on derivation
 	// errors (within error_budget).
 	Skipped int    `json:"skipped_events"`
@@ -182,7 +185,7 @@ func (d *Daemon) Jobs() []JobInfo {
 		info.Running = j.running
 		if rep := j.latest; rep != nil {
 			info.LastState, info.LastRunAt, info.Confirmed, info.Pending = rep.State, rep.StartedAt, rep.Confirmed, rep.Pending
-			info.Skipped = rep.DerivationErrors
+			info.Skipped, info.Waiting = rep.DerivationErrors, rep.Waiting
 		}
 		j.mu.Unlock()
 		out = append(out, info)

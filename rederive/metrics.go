@@ -33,7 +33,7 @@ type Metrics struct {
 func NewMetrics() *Metrics {
 	l := []string{"derivation"}
 	return &Metrics{
-		runs:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "derivation_runs_total", Help: "Derivation runs by outcome state (clean, pending, drift, error)."}, []string{"derivation", "state"}),
+		runs:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "derivation_runs_total", Help: "Derivation runs by outcome state (clean, pending, drift, error, no_source)."}, []string{"derivation", "state"}),
 		duration:  prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "derivation_run_duration_seconds", Help: "Duration of derivation runs.", Buckets: prometheus.ExponentialBuckets(0.01, 3, 10)}, l),
 		events:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "derivation_events_folded_total", Help: "Ledger entries folded by derivation runs."}, l),
 		keys:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "derivation_keys_compared_total", Help: "Keys compared with the derived store."}, l),

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/auditd/auditd/internal/plural"
 	"github.com/auditd/auditd/rederive/compare"
 )
 
@@ -41,6 +42,9 @@ func WriteTable(w io.Writer, reports []*Report) error {
 		if r.Waiting != "" && len(r.Drift) > 0 {
 			fmt.Fprintf(w, "\n%s: pending: %s\n", r.Derivation, r.Waiting)
 		}
+		if r.State == StateNoSource {
+			fmt.Fprintf(w, "\n%s: %s\n", r.Derivation, r.Waiting)
+		}
 		if len(r.Drift) == 0 {
 			continue
 		}
@@ -69,7 +73,7 @@ func skipped(r *Report) string {
 	if r.DerivationErrors == 0 {
 		return ""
 	}
-	return fmt.Sprintf("%d events skipped on derivation errors (their filter, key or step failed; the expected values leave them out)", r.DerivationErrors)
+	return plural.N(r.DerivationErrors, "event", "events") + " skipped on derivation errors (their filter, key or step failed; the expected values leave them out)"
 }
 
 // describe says in a line what differs.
@@ -165,8 +169,8 @@ func WriteJUnit(w io.Writer, reports []*Report) error {
 		_ = WriteTable(&detail, []*Report{r})
 		switch r.State {
 		case StateDrift:
-			c.Failure = &junitMessage{Type: "drift", Message: fmt.Sprintf("%d keys drifted (%d missing, %d extra, %d mismatched)",
-				r.Confirmed, r.Stats.Missing, r.Stats.Extra, r.Stats.Mismatched), Text: detail.String()}
+			c.Failure = &junitMessage{Type: "drift", Message: fmt.Sprintf("%s drifted (%d missing, %d extra, %d mismatched)",
+				plural.N(r.Confirmed, "key", "keys"), r.Stats.Missing, r.Stats.Extra, r.Stats.Mismatched), Text: detail.String()}
 			s.Fails++
 		case StateError:
 			c.Error = &junitMessage{Type: r.ErrorKind, Message: r.Error, Text: detail.String()}
@@ -196,7 +200,7 @@ func WriteMarkdown(w io.Writer, reports []*Report) error {
 	var b strings.Builder
 	b.WriteString("## auditd verify\n\n| derivation | state | events | keys | missing | extra | mismatched | pending |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range reports {
-		icon := map[string]string{StateClean: "✅ clean", StatePending: "⏳ pending", StateDrift: "❌ drift", StateError: "⚠️ error"}[r.State]
+		icon := map[string]string{StateClean: "✅ clean", StatePending: "⏳ pending", StateDrift: "❌ drift", StateError: "⚠️ error", StateNoSource: "⚠️ no source"}[r.State]
 		fmt.Fprintf(&b, "| `%s` | %s | %d | %d | %d | %d | %d | %d |\n", r.Derivation, icon, r.Events, r.Keys,
 			r.Stats.Missing, r.Stats.Extra, r.Stats.Mismatched, r.Pending)
 	}

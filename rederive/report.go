@@ -16,6 +16,9 @@ const (
 	StatePending = "pending" // mismatches, none confirmed yet
 	StateDrift   = "drift"   // confirmed drift
 	StateError   = "error"   // the run could not judge the store
+	// StateNoSource: the derivation's sources match no log, so the run
+	// judged nothing (Report.Waiting names the patterns).
+	StateNoSource = "no_source"
 )
 
 // Error kinds of a run in state error.
@@ -23,7 +26,7 @@ const (
 	ErrKindStore        = "store"        // the derived store is down or returned malformed rows
 	ErrKindDerivation   = "derivation"   // derivation errors beyond the budget
 	ErrKindVerification = "verification" // the ledger did not check out against its checkpoints
-	ErrKindLedger       = "ledger"       // the ledger could not be read, or no log matches
+	ErrKindLedger       = "ledger"       // the ledger could not be read, or no log matches (WithNoMatchIsError)
 	ErrKindConfig       = "config"       // the spec does not fit the store: a column of the wrong type, an unknown setting
 )
 
@@ -43,8 +46,12 @@ type Report struct {
 	FromSnapshot bool   `json:"from_snapshot,omitempty"`
 	State        string `json:"state"`
 	ErrorKind    string `json:"error_kind,omitempty"`
+	// Severity is the severity of the derivation's drift alerts, from its
+	// spec (empty: warning).
+	Severity string `json:"severity,omitempty"`
 	// Waiting says why a pending run judged nothing (no source log has a
-	// signed checkpoint yet).
+	// signed checkpoint yet), or names the patterns of a run in state
+	// no_source.
 	Waiting   string    `json:"waiting,omitempty"`
 	Error     string    `json:"error,omitempty"`
 	StartedAt time.Time `json:"started_at"`

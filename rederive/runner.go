@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/auditd/auditd/internal/redact"
@@ -42,6 +43,9 @@ type Runner struct {
 	progress       func(derivation string, done, total uint64)
 	snapshot       *Snapshot     // WithSnapshot
 	snapVerifier   note.Verifier // WithSnapshotVerifier, WithSnapshot
+
+	mu       sync.Mutex
+	noSource map[string]bool // derivations warned of matching no log, until one matches
 }
 
 // A RunnerOption configures a Runner.
@@ -53,8 +57,9 @@ type RunnerOption func(*Runner)
 func WithBucket(b *ledger.Bucket) RunnerOption { return func(r *Runner) { r.bucket = b } }
 
 // WithNoMatchIsError makes sources that match no log at all an error
-// (auditd verify: a one-off check of a named log). Otherwise such a run,
-// like one whose logs have no signed checkpoint yet, is pending.
+// (auditd verify: a one-off check of a named log). Otherwise such a run
+// is in state no_source (and logs a warning the first time), as one whose
+// logs have no signed checkpoint yet is pending.
 func WithNoMatchIsError() RunnerOption { return func(r *Runner) { r.noMatchIsError = true } }
 
 // WithWorkers sets the fold's workers (default: fold's default,
@@ -103,7 +108,7 @@ func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
 	if r.bucket != nil {
 		prev, _ = LatestReport(r.bucket, d.Name())
 	}
-	rep := &Report{Derivation: d.Name(), Mode: "full", StartedAt: now().UTC(), Drift: []DriftReport{}}
+	rep := &Report{Derivation: d.Name(), Mode: "full", Severity: sp.Severity, StartedAt: now().UTC(), Drift: []DriftReport{}}
 	fail := func(f *runFailure) (*Report, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -118,9 +123,21 @@ func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
 		return rep, nil
 	}
 
-	cps, f := r.pins(ctx, d)
+	cps, matched, f := r.pins(ctx, d)
 	if f != nil {
 		return fail(f)
+	}
+	if r.warnNoSource(d.Name(), matched == 0) {
+		logger.Warn("derivation matches no log: it judges nothing until a log its sources match exists (a typo in sources?)",
+			"derivation", rep.Derivation, "sources", d.Sources(), "file", sp.File)
+	}
+	if matched == 0 {
+		rep.State = StateNoSource
+		rep.Waiting = fmt.Sprintf("no log matches sources %v", d.Sources())
+		rep.Pins = []fold.Pin{}
+		rep.Seconds = time.Since(start).Seconds()
+		r.finish(rep)
+		return rep, nil
 	}
 	if len(cps) == 0 {
 		// Nothing to judge yet (a fresh daemon before its first events):
@@ -219,26 +236,46 @@ func ledgerFailure(err error) *runFailure { return &runFailure{ledgerKind(err), 
 // pins pins each source log of d at its latest signed checkpoint. An empty
 // log (no checkpoint, or one of size 0) has nothing to judge yet and is
 // left out.
-func (r *Runner) pins(ctx context.Context, d fold.Derivation) ([]fold.Pin, *runFailure) {
+func (r *Runner) pins(ctx context.Context, d fold.Derivation) ([]fold.Pin, int, *runFailure) {
 	all, err := r.ledger.Logs(ctx)
 	if err != nil {
-		return nil, ledgerFailure(err)
+		return nil, 0, ledgerFailure(err)
 	}
 	logs := matchLogs(all, d.Sources())
 	var cps []fold.Pin
 	for _, l := range logs {
 		p, ok, err := r.ledger.Pin(ctx, l)
 		if err != nil {
-			return nil, ledgerFailure(fmt.Errorf("checkpoint of %s: %w", l, err))
+			return nil, 0, ledgerFailure(fmt.Errorf("checkpoint of %s: %w", l, err))
 		}
 		if ok && p.Size > 0 {
 			cps = append(cps, p)
 		}
 	}
 	if len(logs) == 0 && r.noMatchIsError {
-		return nil, &runFailure{ErrKindLedger, fmt.Errorf("no log matches the sources %v", d.Sources())}
+		return nil, 0, &runFailure{ErrKindLedger, fmt.Errorf("no log matches the sources %v", d.Sources())}
 	}
-	return cps, nil
+	return cps, len(logs), nil
+}
+
+// warnNoSource records whether the named derivation's sources match no
+// log and reports whether that is news, worth one warning: the first run
+// that matches nothing, and again after a run that matched.
+func (r *Runner) warnNoSource(name string, none bool) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !none {
+		delete(r.noSource, name)
+		return false
+	}
+	if r.noSource[name] {
+		return false
+	}
+	if r.noSource == nil {
+		r.noSource = map[string]bool{}
+	}
+	r.noSource[name] = true
+	return true
 }
 
 // spans returns the spans to fold: up to the store's watermark when it

@@ -54,17 +54,18 @@ func TestStoreUnsetVariable(t *testing.T) {
 	}
 }
 
-// Item 17: a derivation over sources with no entries yet (a fresh daemon,
-// or a log created but not signed) is pending, not an error; once events
-// come it is judged as usual.
+// Item 17: a derivation over sources with no entries yet (a log created
+// but not signed) is pending, not an error; before any log exists (a fresh
+// daemon) it is no_source, not an error either; once events come it is
+// judged as usual.
 func TestRunnerNoEntriesYetIsPending(t *testing.T) {
 	lg := newRTLedger(t)
 	pg := newRTPG(t)
 	r := lg.runner(lg.bucket(t))
 	job := rtJob(t, rtSpec("fresh", pg.config()))
 	rep := rtRun(t, r, job, true)
-	if rep.State != StatePending || rep.ErrorKind != "" || rep.Error != "" || !strings.Contains(rep.Waiting, "no source log") {
-		t.Fatalf("run before any log exists: state %q, error %q (%s), waiting %q; want pending", rep.State, rep.ErrorKind, rep.Error, rep.Waiting)
+	if rep.State != StateNoSource || rep.ErrorKind != "" || rep.Error != "" || rep.Waiting != "no log matches sources [payments]" {
+		t.Fatalf("run before any log exists: state %q, error %q (%s), waiting %q; want no_source", rep.State, rep.ErrorKind, rep.Error, rep.Waiting)
 	}
 	if _, err := lg.store.CreateLog("payments"); err != nil {
 		t.Fatal(err)

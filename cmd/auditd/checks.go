@@ -72,8 +72,12 @@ func startChecks(store *ledger.Store, v note.Verifier, cfg ChecksConfig, alerts 
 		if err := r.Register(c.checker, c.schedule); err != nil {
 			return nil, nil, err
 		}
-		logger.Info("self-audit scheduled", "checker", c.checker.Name(), "interval", c.schedule.Interval,
-			"jitter", c.schedule.Jitter, "rate", c.schedule.Rate)
+		if c.schedule.Interval > 0 {
+			logger.Info("self-audit scheduled", "checker", c.checker.Name(), "interval", c.schedule.Interval,
+				"jitter", c.schedule.Jitter, "rate", c.schedule.Rate)
+		} else { // no interval: it runs when asked (POST /v1/checks/{name}/run)
+			logger.Info("self-audit scheduled", "checker", c.checker.Name(), "interval", "on-demand", "rate", c.schedule.Rate)
+		}
 	}
 	for _, c := range slices.Concat(r.Collectors(), checkerCollectors(peers)) {
 		reg.MustRegister(c)

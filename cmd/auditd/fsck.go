@@ -20,6 +20,7 @@ import (
 
 	"github.com/auditd/auditd/checkers"
 	"github.com/auditd/auditd/internal/keyfile"
+	"github.com/auditd/auditd/internal/plural"
 	"github.com/auditd/auditd/ledger"
 )
 
@@ -139,8 +140,8 @@ func runFsck(args []string, stdout, stderr io.Writer) int {
 		return fail("%v", runErr)
 	}
 	if !f.quiet {
-		fmt.Fprintf(stderr, "auditd fsck: %d logs, %d entries in %.1fs (%.0f entries/s): %d findings\n",
-			len(logs), p.entries, elapsed.Seconds(), float64(p.entries)/max(elapsed.Seconds(), 1e-9), len(p.findings))
+		fmt.Fprintf(stderr, "auditd fsck: %s, %s in %.1fs (%.0f entries/s): %s\n",
+			plural.N(len(logs), "log", "logs"), plural.N(p.entries, "entry", "entries"), elapsed.Seconds(), float64(p.entries)/max(elapsed.Seconds(), 1e-9), plural.N(len(p.findings), "finding", "findings"))
 	}
 	if len(p.findings) > 0 {
 		return fsckFindings
@@ -327,7 +328,7 @@ func (p *fsckProgress) Checked(ctx context.Context, n int) error {
 		p.draw()
 	case p.plain && now.Sub(p.lastLine) >= 10*time.Second:
 		p.lastLine = now
-		fmt.Fprintf(p.w, "auditd fsck: %s: %d of %d entries checked, %d findings\n", p.check, p.entries, p.total, len(p.findings))
+		fmt.Fprintf(p.w, "auditd fsck: %s: %d of %s checked, %s\n", p.check, p.entries, plural.N(p.total, "entry", "entries"), plural.N(len(p.findings), "finding", "findings"))
 	}
 	p.mu.Unlock()
 	return ctx.Err()

@@ -74,7 +74,7 @@ func TestStatusAndAlertsCommands(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("POST: %s", resp.Status)
 	}
-	firing := regexp.MustCompile(`(?m)^\S+  FIRING    drift      -         drift/balances  `)
+	firing := regexp.MustCompile(`(?m)^\S+  FIRING    drift      warning   drift/balances  `)
 	waitText(t, follow, "the drift alert firing in alerts --follow", firing)
 
 	var out, errb bytes.Buffer
@@ -87,7 +87,7 @@ func TestStatusAndAlertsCommands(t *testing.T) {
 		`(?m)^empty-1000\s+0\s+0\s+-\s+ok$`,
 		`(?m)^balances\s+postgres\s+drift( \(running\))?\s+\S+ ago\s+1\s+0\s+0$`, // confirmed, pending, skipped
 		`(?m)^scrub\s+\S+`,
-		`(?m)^drift/balances\s+drift\s+-\s+\S+ ago\s+.*balances`,
+		`(?m)^drift/balances\s+drift\s+warning\s+\S+ ago\s+.*balances`,
 	} {
 		if !regexp.MustCompile(re).MatchString(table) {
 			t.Errorf("status table lacks %s:\n%s", re, table)
@@ -116,7 +116,7 @@ func TestStatusAndAlertsCommands(t *testing.T) {
 
 	out.Reset()
 	if code := runAlerts([]string{"--server", url, "--token", token}, &out, &errb); code != 0 ||
-		!regexp.MustCompile(`(?m)^drift/balances\s+firing\s+drift\s+-\s`).MatchString(out.String()) {
+		!regexp.MustCompile(`(?m)^drift/balances\s+firing\s+drift\s+warning\s`).MatchString(out.String()) {
 		t.Errorf("alerts: exit %d:\n%s%s", code, out.String(), errb.String())
 	}
 	for _, run := range []func([]string, io.Writer, io.Writer) int{runStatus, runAlerts} {
@@ -130,7 +130,7 @@ func TestStatusAndAlertsCommands(t *testing.T) {
 	// Fix the table: the next run is clean and the follower sees the alert
 	// resolve without asking again.
 	tb.set(verifyBalances)
-	waitText(t, follow, "the drift alert resolving in alerts --follow", regexp.MustCompile(`(?m)^\S+  RESOLVED  drift      -         drift/balances  `))
+	waitText(t, follow, "the drift alert resolving in alerts --follow", regexp.MustCompile(`(?m)^\S+  RESOLVED  drift      warning   drift/balances  `))
 }
 
 func waitText(t *testing.T, b *syncBuffer, what string, re *regexp.Regexp) {

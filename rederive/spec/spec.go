@@ -70,6 +70,10 @@ type Spec struct {
 	// no key takes events from two logs. It silences the load-time warning
 	// of a derivation over several logs (Warnings).
 	Commutative bool `yaml:"commutative"`
+	// Severity is the "severity" label of the derivation's drift alerts:
+	// "critical", "warning" (default) or "info". Empty in a Spec built in
+	// Go: warning.
+	Severity string `yaml:"severity"`
 	// Store is the derived store the result is compared with.
 	Store store.Config `yaml:"store"`
 	// Compare says how expected and actual values compare.
@@ -439,6 +443,15 @@ func (s *Spec) checkSettings() []*Error {
 	if s.ConfirmRuns < 1 {
 		add("confirm_runs", "confirm_runs must be >= 1, got %d", s.ConfirmRuns)
 	}
+	switch s.Severity {
+	case "critical", "warning", "info":
+	case "":
+		if s.pos["severity"] != nil {
+			add("severity", "severity must be critical, warning or info, got an empty value")
+		}
+	default:
+		add("severity", "severity must be critical, warning or info, got %q", s.Severity)
+	}
 	if s.Lineage < 0 {
 		add("lineage", "lineage must be >= 0, got %d", s.Lineage)
 	}
@@ -552,6 +565,9 @@ func (s *Spec) applyDefaults() {
 	}
 	if !present("confirm_runs") {
 		s.ConfirmRuns = specDefaultConfirmRuns
+	}
+	if !present("severity") {
+		s.Severity = "warning"
 	}
 	if !present("lineage") {
 		s.Lineage = specDefaultLineage

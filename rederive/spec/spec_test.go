@@ -59,6 +59,7 @@ const validSpecYAML = `derivations:
     error_budget: 0
     interval: 30s
     full_interval: 2h
+    severity: critical
     store:
       redis: {pattern: "count:*", prefix: "count:", type: string}
 `
@@ -80,7 +81,8 @@ func TestSpecParseValid(t *testing.T) {
 	}
 	// Defaults.
 	if a.Decode != "json" || a.Grace != store.Duration(time.Minute) || a.ConfirmRuns != 2 || a.Lineage != 5 ||
-		a.ErrorBudget != 100 || a.Interval != store.Duration(time.Minute) || a.FullInterval != store.Duration(time.Hour) {
+		a.ErrorBudget != 100 || a.Interval != store.Duration(time.Minute) || a.FullInterval != store.Duration(time.Hour) ||
+		a.Severity != "warning" {
 		t.Errorf("defaults: %+v", a)
 	}
 	if a.Store.Postgres == nil || a.Store.Postgres.Query == "" || a.Compare.Tolerance[""] != 0.01 {
@@ -88,7 +90,7 @@ func TestSpecParseValid(t *testing.T) {
 	}
 	// Explicit zeros stay zero.
 	if b.Grace != store.Duration(5*time.Minute) || b.ConfirmRuns != 1 || b.Lineage != 0 || b.ErrorBudget != 0 ||
-		b.Interval != store.Duration(30*time.Second) || b.FullInterval != store.Duration(2*time.Hour) {
+		b.Interval != store.Duration(30*time.Second) || b.FullInterval != store.Duration(2*time.Hour) || b.Severity != "critical" {
 		t.Errorf("explicit settings: %+v", b)
 	}
 	if b.Store.Redis == nil || b.Store.Redis.Type != "string" || b.Store.Redis.Prefix != "count:" {
@@ -265,7 +267,7 @@ func TestSpecErrors(t *testing.T) {
 	}, {
 		name: "settings out of range",
 		yaml: "derivations:\n  - name: a\n    sources: [l]\n    key: event.k\n    initial: '0'\n    step: state\n" + st +
-			"    compare: {tolerance: {amount: -1}}\n    grace: -1s\n    confirm_runs: 0\n    lineage: -1\n    error_budget: -2\n    interval: 1h\n    full_interval: 1m\n",
+			"    compare: {tolerance: {amount: -1}}\n    grace: -1s\n    confirm_runs: 0\n    lineage: -1\n    error_budget: -2\n    interval: 1h\n    full_interval: 1m\n    severity: page\n",
 		want: []string{
 			`8:35 compare.tolerance.amount: tolerance -1 for "amount"`,
 			`9:12 grace: grace must be >= 0`,
@@ -273,6 +275,7 @@ func TestSpecErrors(t *testing.T) {
 			`11:14 lineage: lineage must be >= 0`,
 			`12:19 error_budget: error_budget must be >= 0`,
 			`14:20 full_interval: full_interval (1m0s) must be >= interval (1h0m0s)`,
+			`15:15 severity: severity must be critical, warning or info, got "page"`,
 		},
 	}, {
 		name: "bad scalars",

@@ -102,7 +102,8 @@ async function refreshSection(path, field, table, row) {
 }
 
 const derivationRow = (d) => el('tr', { 'data-derivation': d.name }, el('td', {}, d.name), el('td', {}, d.store),
-  el('td', { class: 'state-' + (d.last_state || 'none') }, (d.last_state || 'not run yet') + (d.running ? ' (running)' : '')),
+  el('td', { class: 'state-' + (d.last_state || 'none'), title: d.waiting || '' }, (d.last_state || 'not run yet') +
+    (d.last_state === 'no_source' && d.waiting ? ': ' + d.waiting : '') + (d.running ? ' (running)' : '')),
   el('td', {}, ago(d.last_run_at)), el('td', {}, d.confirmed), el('td', {}, d.pending),
   el('td', { class: d.skipped_events ? 'state-error' : '' }, d.skipped_events || 0));
 

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/auditd/auditd/internal/keyfile"
+	"github.com/auditd/auditd/internal/plural"
 	"github.com/auditd/auditd/internal/tlsconf"
 	"github.com/auditd/auditd/rederive/spec"
 	"github.com/auditd/auditd/rederive/store"
@@ -69,18 +70,11 @@ func runCheckConfig(args []string, stdout, stderr io.Writer) int {
 		for _, p := range problems {
 			fmt.Fprintln(stderr, p)
 		}
-		fmt.Fprintf(stderr, "auditd check-config: %s is not valid: %d %s\n", *path, len(problems), plural(len(problems), "problem", "problems"))
+		fmt.Fprintf(stderr, "auditd check-config: %s is not valid: %s\n", *path, plural.N(len(problems), "problem", "problems"))
 		return 2
 	}
 	fmt.Fprintf(stdout, "%s is valid: %s\n", *path, summary)
 	return 0
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
 }
 
 // checkConfig loads what serve loads from the file at path (and the extra
@@ -213,10 +207,10 @@ func checkConfig(path string, extraDerivations []string) (summary string, warnin
 		}
 	}
 
-	summary = fmt.Sprintf("data dir %s, signing key %s (%s), %d %s, TLS %s, %d %s witnessed, %d %s, %d %s",
-		cfg.DataDir, cfg.KeyFile, keyState, nDeriv, plural(nDeriv, "derivation", "derivations"), tlsState,
-		len(wc.Logs), plural(len(wc.Logs), "log", "logs"), len(wc.Witnesses), plural(len(wc.Witnesses), "witness", "witnesses"),
-		len(cfg.Checks.Peers.List), plural(len(cfg.Checks.Peers.List), "peer", "peers"))
+	summary = fmt.Sprintf("data dir %s, signing key %s (%s), %s, TLS %s, %s witnessed, %s, %s",
+		cfg.DataDir, cfg.KeyFile, keyState, plural.N(nDeriv, "derivation", "derivations"), tlsState,
+		plural.N(len(wc.Logs), "log", "logs"), plural.N(len(wc.Witnesses), "witness", "witnesses"),
+		plural.N(len(cfg.Checks.Peers.List), "peer", "peers"))
 	return summary, warnings, problems
 }
 

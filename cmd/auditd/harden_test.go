@@ -153,7 +153,16 @@ func TestServeDataDirPrivate(t *testing.T) {
 			return nil // removed meanwhile
 		}
 		n++
-		if p != cfg.DataDir && info.Mode().Perm()&0o077 != 0 {
+		switch {
+		case p == cfg.DataDir:
+		case strings.HasSuffix(p, ".pub"):
+			// A public key is 0644 wherever auditd writes one (issue 31);
+			// the 0700 data dir keeps others out anyway. Nobody else may
+			// change it.
+			if info.Mode().Perm()&0o022 != 0 {
+				t.Errorf("%s has mode %04o: writable by others", p, info.Mode().Perm())
+			}
+		case info.Mode().Perm()&0o077 != 0:
 			t.Errorf("%s has mode %04o: readable by others", p, info.Mode().Perm())
 		}
 		return nil

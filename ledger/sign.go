@@ -144,18 +144,20 @@ func (l *Log) wakeWaiters() {
 // keep stores a signed checkpoint in Pebble and writes it to the log's
 // checkpoint file and guard copy (both at once, see
 // checkpointFiles.write). The files are written durably: they are what a
-// published checkpoint must never be ahead of. The Pebble write is not
-// synced: the writer's next commit syncs the WAL that holds it, and a
-// crash before that loses nothing the files do not hold, since the
-// entries it covers were durable before it was signed. Open repairs each
-// copy from the others (admit): a file newer than the stored history is
-// stored again, a stored checkpoint or a file newer than another file is
-// written to it, each before it is published. Not waiting for a WAL sync behind the writer's commits takes a commit's
-// time off every checkpoint's latency.
+// published checkpoint must never be ahead of. The Pebble write is synced
+// too, beside the files' (so it adds no latency of its own): the files
+// hold only the latest checkpoint, and a record left to the writer's next
+// sync could be lost with a crash after a later checkpoint had replaced
+// it in the files, taking a published checkpoint out of the history
+// (TestCrashRecovery found one: the writer's next sync covered the WAL up
+// to its own batch, written before the record). Open repairs each copy
+// from the others (admit): a file newer than the stored history is stored
+// again, a stored checkpoint or a file newer than another file is written
+// to it, each before it is published.
 func (l *Log) keep(size uint64, note []byte) error {
 	fileErr := make(chan error, 1)
 	go func() { fileErr <- l.s.cpFiles.write(l.name, note) }()
-	err := l.s.write(func() error { return l.s.db.Set(checkpointKey(l.id, size), note, pebble.NoSync) })
+	err := l.s.write(func() error { return l.s.db.Set(checkpointKey(l.id, size), note, pebble.Sync) })
 	if ferr := <-fileErr; err == nil {
 		err = ferr
 	}

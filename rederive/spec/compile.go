@@ -1,7 +1,7 @@
 package spec
 
 import (
-	"github.com/auditd/auditd/rederive/cel"
+	"github.com/auditd/auditd/rederive/celfold"
 	"github.com/auditd/auditd/rederive/fold"
 )
 
@@ -22,7 +22,7 @@ func Compile(s *Spec) (fold.Derivation, error) {
 // spec's file where its positions are known. Absent expressions are left
 // to Spec.check.
 func compileCEL(s *Spec) (fold.Derivation, []*Error) {
-	d, xerrs := cel.Compile(cel.Expressions{Name: s.Name, Sources: s.Sources, Raw: s.Decode == "raw",
+	d, xerrs := celfold.Compile(celfold.Expressions{Name: s.Name, Sources: s.Sources, Raw: s.Decode == "raw",
 		Filter: s.Filter, Key: s.Key, Initial: s.Initial, Step: s.Step,
 		AllKeys: s.AllKeys, StepAll: s.StepAll, Value: s.Value, CostLimit: uint64(max(s.CostLimit, 0))})
 	var errs []*Error

@@ -19,7 +19,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/auditd/auditd/rederive/cel"
+	"github.com/auditd/auditd/rederive/celfold"
 	"github.com/auditd/auditd/rederive/compare"
 	"github.com/auditd/auditd/rederive/store"
 )
@@ -120,7 +120,7 @@ const (
 	specDefaultConfirmRuns  = 2
 	specDefaultLineage      = 5
 	specDefaultErrorBudget  = 100
-	specDefaultCostLimit    = cel.DefaultCostLimit
+	specDefaultCostLimit    = celfold.DefaultCostLimit
 	specDefaultInterval     = time.Minute
 	specDefaultFullInterval = time.Hour
 )

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/auditd/auditd/rederive/cel"
+	"github.com/auditd/auditd/rederive/celfold"
 )
 
 // Warning is something a spec's author should know that does not stop it
@@ -34,7 +34,7 @@ func (s *Spec) Warnings() []*Warning {
 			sourcesText(s.Sources), order, declare)
 		out = append(out, (*Warning)(w))
 	}
-	if strings.TrimSpace(s.Step) != "" && !cel.SumStep(s.Initial, s.Step) {
+	if strings.TrimSpace(s.Step) != "" && !celfold.SumStep(s.Initial, s.Step) {
 		w := s.errAt("step", "reads several logs (sources %s) and its step is not a recognised sum "+
 			"(an int, uint or decimal state plus or minus terms that do not read state): %s; %s",
 			sourcesText(s.Sources), order, declare)

@@ -1,10 +1,10 @@
-// Package cel compiles a derivation's CEL expressions (filter, key,
+// Package celfold compiles a derivation's CEL expressions (filter, key,
 // initial, step) into a fold.Derivation: the compiler and its environment
 // (compile.go), the derivation's evaluation (derivation.go), the CEL
 // values of events and metadata (object.go), a lazy JSON decoder straight
 // into CEL values (json.go, json_object.go), and the exact state codec
 // (state.go). It knows nothing of YAML: package spec places its errors.
-package cel
+package celfold
 
 import (
 	"fmt"

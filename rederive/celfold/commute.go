@@ -1,4 +1,4 @@
-package cel
+package celfold
 
 import (
 	"cel.dev/cel-go/common/ast"

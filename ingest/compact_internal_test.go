@@ -2,7 +2,6 @@ package ingest
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"testing"
 )
@@ -24,23 +23,4 @@ func FuzzCompactValid(f *testing.F) {
 			t.Fatalf("compactValid(%q) = %q, want %q", b, got, want.Bytes())
 		}
 	})
-}
-
-// special finds every byte a JSON string ends or escapes at, in any of the
-// 8 places.
-func TestSpecial(t *testing.T) {
-	for pos := range 8 {
-		for c := range 256 {
-			b := []byte("aaaaaaaa")
-			b[pos] = byte(c)
-			want := c == '"' || c == '\\' || c < 0x20
-			got := special(binary.LittleEndian.Uint64(b)) != 0
-			if want && !got {
-				t.Fatalf("byte %#x at %d not found", c, pos)
-			}
-			if !want && got && pos == 0 {
-				t.Errorf("byte %#x alone is flagged", c)
-			}
-		}
-	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/auditd/auditd/internal/jsonscan"
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/merkle"
 )
@@ -108,8 +109,9 @@ type decoder struct {
 	win   window
 	lim   Limits
 	out   []ledger.Entry // the entries so far, reused from body to body
-	arena []byte         // where entries' keys and payloads are copied (decode_fast.go)
-	ids   []byte         // where their ids are (idString)
+	sc    jsonscan.Scanner
+	arena []byte // where entries' keys and payloads are copied (decode_fast.go)
+	ids   []byte // where their ids are (idString)
 }
 
 // maxPooledEntries bounds the entries slice a pooled decoder keeps.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/auditd/auditd/internal/jsonscan"
 	"github.com/auditd/auditd/ledger"
 )
 
@@ -83,7 +84,7 @@ func (d *decoder) nextToken(off int64) int64 {
 	for {
 		b := d.w.from(off)
 		for i, c := range b {
-			if !isSpace(c) && c != ',' {
+			if !jsonscan.IsSpace(c) && c != ',' {
 				return off + int64(i)
 			}
 		}

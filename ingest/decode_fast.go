@@ -6,6 +6,7 @@ import (
 	"unicode/utf8"
 	"unsafe"
 
+	"github.com/auditd/auditd/internal/jsonscan"
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/merkle"
 )
@@ -36,10 +37,6 @@ const (
 	fPayloadBase64
 )
 
-// maxFastDepth bounds the nesting the fast path follows (encoding/json
-// takes 10,000 levels; deeper payloads go the slow way).
-const maxFastDepth = 256
-
 // fields are the spans of an event's values in b: strings without their
 // quotes, the payload as sent.
 type fields struct {
@@ -53,7 +50,8 @@ type fields struct {
 // spans lines (NDJSON).
 func (d *decoder) fastEvent(b []byte, oneLine bool) (ledger.Entry, int, fastStatus) {
 	var f fields
-	n, st := f.scan(b, oneLine)
+	d.sc.OneLine = oneLine
+	n, st := f.scan(&d.sc, b)
 	if st != fastOK {
 		return ledger.Entry{}, 0, st
 	}
@@ -64,55 +62,66 @@ func (d *decoder) fastEvent(b []byte, oneLine bool) (ledger.Entry, int, fastStat
 	return e, n, fastOK
 }
 
-// scan reads the object's fields into f.
-func (f *fields) scan(b []byte, oneLine bool) (int, fastStatus) {
-	i := 1
+// status turns a scan's status into the fast path's: a value cut off at
+// the end of the bytes read asks for more, any mistake bails.
+func status(st jsonscan.Status) fastStatus {
+	switch {
+	case st == jsonscan.OK:
+		return fastOK
+	case st.Truncated():
+		return fastMore
+	}
+	return fastBail
+}
+
+// scan reads the object's fields into f. The event object is one level
+// of nesting: its payload may nest one level less than encoding/json's
+// limit.
+func (f *fields) scan(sc *jsonscan.Scanner, b []byte) (int, fastStatus) {
+	i, empty, st := sc.Open(b, 0)
+	if st != jsonscan.OK || empty {
+		return 0, status(st) // an empty object is an error: the slow path words it
+	}
 	for {
-		var st fastStatus
-		if i, st = skipSpace(b, i, oneLine, nil); st != fastOK {
-			return 0, st
+		end, v, fl, st := sc.Key(b, i)
+		if st != jsonscan.OK {
+			return 0, status(st)
 		}
-		if b[i] != '"' {
-			return 0, fastBail // '}' of an empty object (an error), or a mistake
+		if fl != 0 {
+			return 0, fastBail // an escape or a byte past ASCII: no field's name
 		}
-		bit, end, st := fieldName(b, i)
-		if st != fastOK {
-			return 0, st
-		}
-		if f.seen&bit != 0 {
-			return 0, fastBail // a duplicate: the last one wins, the slow way
+		bit := fieldBit(b[i+1 : end-1])
+		if bit == 0 || f.seen&bit != 0 {
+			return 0, fastBail // unknown, or a duplicate (the last one wins, the slow way)
 		}
 		f.seen |= bit
-		if i, st = skipSpace(b, end, oneLine, nil); st != fastOK {
-			return 0, st
-		}
-		if b[i] != ':' {
-			return 0, fastBail
-		}
-		if i, st = skipSpace(b, i+1, oneLine, nil); st != fastOK {
-			return 0, st
+		if v >= len(b) {
+			return 0, fastMore
 		}
 		if bit == fPayload {
-			end, st = scanValue(b[i:], oneLine, &f.payloadSpace)
-			f.payload, end = b[i:i+end], i+end
+			sc.Space = 0
+			if end, st = sc.Value(b, v, 1); st != jsonscan.OK {
+				return 0, status(st)
+			}
+			f.payload, f.payloadSpace = b[v:end], sc.Space
 		} else {
-			var s []byte
-			s, end, st = plainString(b, i)
-			f.set(bit, s)
+			if b[v] != '"' {
+				return 0, fastBail // null, or not a string
+			}
+			if end, fl, st = jsonscan.String(b, v); st != jsonscan.OK {
+				return 0, status(st)
+			}
+			if fl&jsonscan.Escaped != 0 {
+				return 0, fastBail
+			}
+			f.set(bit, b[v+1:end-1])
 		}
-		if st != fastOK {
-			return 0, st
+		var more bool
+		if i, more, st = sc.Next(b, end, true); st != jsonscan.OK {
+			return 0, status(st)
 		}
-		if i, st = skipSpace(b, end, oneLine, nil); st != fastOK {
-			return 0, st
-		}
-		switch b[i] {
-		case ',':
-			i++
-		case '}':
-			return i + 1, fastOK
-		default:
-			return 0, fastBail
+		if !more {
+			return i, fastOK
 		}
 	}
 }
@@ -132,76 +141,24 @@ func (f *fields) set(bit uint8, s []byte) {
 	}
 }
 
-// fieldName matches the field name at b[i] ('"') exactly; any other name
-// (another case, an escape, an unknown field) bails.
-func fieldName(b []byte, i int) (uint8, int, fastStatus) {
-	j := i + 1
-	for j < len(b) && b[j] != '"' && b[j] != '\\' && j-i < 16 {
-		j++
-	}
-	if j >= len(b) {
-		return 0, 0, fastMore
-	}
-	if b[j] != '"' {
-		return 0, 0, fastBail
-	}
-	var bit uint8
-	switch string(b[i+1 : j]) {
+// fieldBit returns the bit of the field named name exactly (0 for any
+// other name: another case, an unknown field).
+func fieldBit(name []byte) uint8 {
+	switch string(name) {
 	case "id":
-		bit = fID
+		return fID
 	case "key":
-		bit = fKey
+		return fKey
 	case "key_base64":
-		bit = fKeyBase64
+		return fKeyBase64
 	case "time":
-		bit = fTime
+		return fTime
 	case "payload":
-		bit = fPayload
+		return fPayload
 	case "payload_base64":
-		bit = fPayloadBase64
-	default:
-		return 0, 0, fastBail
+		return fPayloadBase64
 	}
-	return bit, j + 1, fastOK
-}
-
-// plainString returns the contents of the string at b[i], which must be
-// one without escapes or control characters (others bail: null too).
-func plainString(b []byte, i int) ([]byte, int, fastStatus) {
-	if b[i] != '"' {
-		return nil, 0, fastBail
-	}
-	for j := i + 1; j < len(b); j++ {
-		switch c := b[j]; {
-		case c == '"':
-			return b[i+1 : j], j + 1, fastOK
-		case c == '\\' || c < 0x20:
-			return nil, 0, fastBail
-		}
-	}
-	return nil, 0, fastMore
-}
-
-// skipSpace skips JSON whitespace from b[i], adding what it skips to
-// *space; it bails at a newline if oneLine, and asks for more at the end.
-func skipSpace(b []byte, i int, oneLine bool, space *int) (int, fastStatus) {
-	j := i
-	for ; j < len(b); j++ {
-		switch b[j] {
-		case ' ', '\t', '\r':
-			continue
-		case '\n':
-			if oneLine {
-				return 0, fastBail
-			}
-			continue
-		}
-		if space != nil {
-			*space += j - i
-		}
-		return j, fastOK
-	}
-	return 0, fastMore
+	return 0
 }
 
 // fastEntry checks the fields as wireEvent.entry and Event.Entry do and

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/auditd/auditd/internal/jsonscan"
 )
 
 // payloadCases are edge cases of the JSON grammar and of UTF-8 that the
@@ -16,10 +18,10 @@ var payloadCases = []string{
 	`true`, `tru`, `truex`, `false`, `null`, `nul`, `[true,false,null]`, `{"a":[{"b":[]}]}`, `[[]]]`, `[[]`,
 	"\"\xff\"", "\"\xc3\xa9\"", "\"\xef\xbf\xbd\"", "\"\xed\xa0\x80\"", "\"\xf4\x90\x80\x80\"", "\"\xe2\x82\"",
 	"\xff", "{\"a\":1}\xff", "\xef\xbb\xbf{}", "\xc3\xa9", "[1]\n", "\r\n\t[1]\t",
-	strings.Repeat("[", maxJSONDepth) + strings.Repeat("]", maxJSONDepth),
-	strings.Repeat("[", maxJSONDepth+1) + strings.Repeat("]", maxJSONDepth+1),
-	strings.Repeat(`{"a":`, maxJSONDepth) + "1" + strings.Repeat("}", maxJSONDepth),
-	strings.Repeat(`{"a":`, maxJSONDepth+1) + "1" + strings.Repeat("}", maxJSONDepth+1),
+	strings.Repeat("[", jsonscan.MaxDepth) + strings.Repeat("]", jsonscan.MaxDepth),
+	strings.Repeat("[", jsonscan.MaxDepth+1) + strings.Repeat("]", jsonscan.MaxDepth+1),
+	strings.Repeat(`{"a":`, jsonscan.MaxDepth) + "1" + strings.Repeat("}", jsonscan.MaxDepth),
+	strings.Repeat(`{"a":`, jsonscan.MaxDepth+1) + "1" + strings.Repeat("}", jsonscan.MaxDepth+1),
 }
 
 func checkPayloadKind(t *testing.T, b []byte) {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"io"
 	"sync"
+
+	"github.com/auditd/auditd/internal/jsonscan"
 )
 
 // Read windows come from two pools: a small one for the single-event
@@ -131,7 +133,7 @@ func (w *window) skipSpace(off int64) (int64, error) {
 	for {
 		b := w.from(off)
 		for i, c := range b {
-			if !isSpace(c) {
+			if !jsonscan.IsSpace(c) {
 				return off + int64(i), nil
 			}
 		}
@@ -141,8 +143,6 @@ func (w *window) skipSpace(off int64) (int64, error) {
 		}
 	}
 }
-
-func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
 
 // reader reads the body from offset off on, through the window (so what it
 // reads stays there for the decoder to go on from), for encoding/json.

@@ -1,0 +1,183 @@
+package jsonscan
+
+import "bytes"
+
+// Scanner scans objects and arrays. It keeps the open containers of Value
+// (a bit each, MaxDepth of them) and the white space it skipped; a builder
+// keeps one and reuses it. The zero Scanner is ready.
+type Scanner struct {
+	// OneLine makes a newline in white space an error (NDJSON: a value
+	// on one line).
+	OneLine bool
+	// Space counts the bytes of white space skipped (inside values, and
+	// around keys and separators); a caller resets it as it likes.
+	Space int
+	stack [MaxDepth/64 + 1]uint64 // bit set: an object, clear: an array
+}
+
+// skip skips white space from b[i], counting it.
+func (s *Scanner) skip(b []byte, i int) (int, Status) {
+	j := SkipSpace(b, i)
+	if j > i {
+		if s.OneLine && bytes.IndexByte(b[i:j], '\n') >= 0 {
+			return i + bytes.IndexByte(b[i:j], '\n'), newline
+		}
+		s.Space += j - i
+	}
+	return j, OK
+}
+
+// Open skips the white space after the '{' or '[' at b[i] and reports
+// whether the container is empty (then the offset is after its close).
+func (s *Scanner) Open(b []byte, i int) (int, bool, Status) {
+	c := b[i]
+	j, st := s.skip(b, i+1)
+	if st != OK {
+		return j, false, st
+	}
+	if j >= len(b) {
+		if c == '{' {
+			return j, false, badKey | truncated
+		}
+		return j, false, badValue | truncated
+	}
+	if b[j] == c+2 { // '}' or ']'
+		return j + 1, true, OK
+	}
+	return j, false, OK
+}
+
+// Key scans an object's key at b[i] and the colon and white space after
+// it: it returns the offset after the key's closing quote (the key is
+// b[i:end]), its flags, and the offset of the value.
+func (s *Scanner) Key(b []byte, i int) (end, value int, fl Flags, st Status) {
+	if i >= len(b) {
+		return i, 0, 0, badKey | truncated
+	}
+	if b[i] != '"' {
+		return i, 0, 0, badKey
+	}
+	if end, fl, st = String(b, i); st != OK {
+		return end, 0, fl, st
+	}
+	j, st := s.skip(b, end)
+	switch {
+	case st != OK:
+		return j, 0, fl, st
+	case j >= len(b):
+		return j, 0, fl, badColon | truncated
+	case b[j] != ':':
+		return j, 0, fl, badColon
+	}
+	if j, st = s.skip(b, j+1); st != OK {
+		return j, 0, fl, st
+	}
+	return end, j, fl, OK
+}
+
+// Next skips what follows a member of an object (object true) or an
+// element of an array, from b[i]: the comma and white space before the
+// next one (more true, at the offset returned), or the close (more false,
+// the offset after it).
+func (s *Scanner) Next(b []byte, i int, object bool) (int, bool, Status) {
+	j, st := s.skip(b, i)
+	if st != OK {
+		return j, false, st
+	}
+	bad, close := badAfterArrayElement, byte(']')
+	if object {
+		bad, close = badAfterObjectValue, '}'
+	}
+	switch {
+	case j >= len(b):
+		return j, false, bad | truncated
+	case b[j] == ',':
+		j, st = s.skip(b, j+1)
+		return j, true, st
+	case b[j] == close:
+		return j + 1, false, OK
+	}
+	return j, false, bad
+}
+
+// Value scans the value at b[i] (not white space), inside depth open
+// containers, and returns the offset after it. It follows nesting without
+// recursion, up to MaxDepth containers in all.
+func (s *Scanner) Value(b []byte, i, depth int) (int, Status) {
+	base := depth
+	var st Status
+	for {
+		// A value starts at b[i].
+		if i >= len(b) {
+			return i, badValue | truncated
+		}
+		switch c := b[i]; c {
+		case '{', '[':
+			if depth >= MaxDepth {
+				return i, tooDeep
+			}
+			var empty bool
+			if i, empty, st = s.Open(b, i); st != OK {
+				return i, st
+			}
+			if empty {
+				break
+			}
+			if c == '{' {
+				s.stack[depth>>6] |= 1 << (depth & 63)
+				depth++
+				var end int
+				if end, i, _, st = s.Key(b, i); st != OK {
+					return end, st
+				}
+			} else {
+				s.stack[depth>>6] &^= 1 << (depth & 63)
+				depth++
+			}
+			continue
+		case '"':
+			i, _, st = String(b, i)
+		case 't', 'f', 'n':
+			i, st = Literal(b, i)
+		default:
+			i, _, st = Number(b, i)
+		}
+		if st != OK {
+			return i, st
+		}
+		// A value ended at b[i]: close containers, or go on to the next.
+		for depth > base {
+			object := s.stack[(depth-1)>>6]&(1<<((depth-1)&63)) != 0
+			var more bool
+			if i, more, st = s.Next(b, i, object); st != OK {
+				return i, st
+			}
+			if !more {
+				depth--
+				continue
+			}
+			if object {
+				var end int
+				if end, i, _, st = s.Key(b, i); st != OK {
+					return end, st
+				}
+			}
+			break
+		}
+		if depth == base {
+			return i, OK
+		}
+	}
+}
+
+// Valid reports whether b is one JSON value with white space around it,
+// as json.Valid does.
+func Valid(b []byte) bool {
+	var s Scanner
+	i := SkipSpace(b, 0)
+	i, st := s.Value(b, i, 0)
+	if st == OK {
+		_, st = End(b, i)
+	}
+	return st == OK
+}

@@ -52,7 +52,7 @@ const (
 	badEscape
 	badUnicodeEscape
 	badString // unterminated
-	tooDeep
+	TooDeep   // nested past MaxDepth (for a builder that nests itself)
 	newline
 )
 
@@ -64,9 +64,56 @@ func (st Status) Truncated() bool { return st&truncated != 0 }
 type Flags uint8
 
 const (
-	Escaped  Flags = 1 << iota // it has an escape: decode it with AppendString
-	NonASCII                   // it has bytes of 0x80 and up (not checked as UTF-8)
+	Escaped  Flags = 1 << iota // a string with an escape: decode it with AppendString
+	NonASCII                   // a string with bytes of 0x80 and up (not checked as UTF-8)
+	Integer                    // a number without a fraction or an exponent
 )
+
+// Kind is the kind of a JSON value.
+type Kind uint8
+
+const (
+	KindNull Kind = iota
+	KindFalse
+	KindTrue
+	KindNumber
+	KindString
+	KindObject
+	KindArray
+)
+
+// Scalar scans the value at b[i] (not white space): a string, a number or
+// a literal to its end, with its flags; of an object or an array it only
+// tells the kind (the offset returned is i, for Scanner.Value or the
+// builder's own descent).
+func Scalar(b []byte, i int) (int, Kind, Flags, Status) {
+	if i >= len(b) {
+		return i, 0, 0, badValue | truncated
+	}
+	switch b[i] {
+	case '{':
+		return i, KindObject, 0, OK
+	case '[':
+		return i, KindArray, 0, OK
+	case '"':
+		end, fl, st := String(b, i)
+		return end, KindString, fl, st
+	case 't':
+		end, st := Literal(b, i)
+		return end, KindTrue, 0, st
+	case 'f':
+		end, st := Literal(b, i)
+		return end, KindFalse, 0, st
+	case 'n':
+		end, st := Literal(b, i)
+		return end, KindNull, 0, st
+	}
+	end, isInt, st := Number(b, i)
+	if isInt {
+		return end, KindNumber, Integer, st
+	}
+	return end, KindNumber, 0, st
+}
 
 // SyntaxError is a JSON syntax error at a byte offset of the input.
 type SyntaxError struct {
@@ -134,7 +181,7 @@ func Err(b []byte, off int, st Status) error {
 		msg = "invalid \\u escape"
 	case badString:
 		msg = "unterminated string"
-	case tooDeep:
+	case TooDeep:
 		msg = "nested too deeply"
 	case newline:
 		msg = "a newline inside a one-line value"

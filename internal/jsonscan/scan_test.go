@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math/bits"
+	"math/rand/v2"
 	"reflect"
 	"strings"
 	"testing"
@@ -35,7 +36,7 @@ func build(s *Scanner, b []byte, i, depth int) (any, int, Status) {
 	case '{', '[':
 		object := b[i] == '{'
 		if depth >= MaxDepth {
-			return nil, i, tooDeep
+			return nil, i, TooDeep
 		}
 		j, empty, st := s.Open(b, i)
 		if st != OK {
@@ -171,7 +172,7 @@ func TestDepth(t *testing.T) {
 	if _, st := s.Value(b, 0, MaxDepth-10); st != OK {
 		t.Fatalf("10 levels inside %d: %v", MaxDepth-10, Err(b, 0, st))
 	}
-	if off, st := s.Value(b, 0, MaxDepth-9); st != tooDeep || off != 9 {
+	if off, st := s.Value(b, 0, MaxDepth-9); st != TooDeep || off != 9 {
 		t.Fatalf("10 levels inside %d: offset %d %v", MaxDepth-9, off, Err(b, off, st))
 	}
 }
@@ -318,5 +319,74 @@ func TestSpecial(t *testing.T) {
 				t.Errorf("byte %#x alone is flagged", c)
 			}
 		}
+	}
+}
+
+// TestStringBytewise checks String, which goes 8 bytes at a time, against
+// a byte-by-byte scan: every byte value at every position of a run of
+// plain bytes, and random mixes of plain and special bytes (moved here
+// from package celfold's TestPlainRun with the scanner).
+func TestStringBytewise(t *testing.T) {
+	want := func(b []byte) (int, Flags, bool) {
+		var fl Flags
+		for j := 1; j < len(b); j++ {
+			switch c := b[j]; {
+			case c == '"':
+				return j + 1, fl, true
+			case c == '\\':
+				if j+1 >= len(b) {
+					return 0, fl, false
+				}
+				fl |= Escaped
+				switch b[j+1] {
+				case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+					j++
+				case 'u':
+					if j+6 > len(b) {
+						return 0, fl, false
+					}
+					for _, h := range b[j+2 : j+6] {
+						if !isHex(h) {
+							return 0, fl, false
+						}
+					}
+					j += 5
+				default:
+					return 0, fl, false
+				}
+			case c < 0x20:
+				return 0, fl, false
+			case c >= 0x80:
+				fl |= NonASCII
+			}
+		}
+		return 0, fl, false
+	}
+	check := func(b []byte) {
+		end, fl, st := String(b, 0)
+		wend, wfl, ok := want(b)
+		if ok != (st == OK) || ok && (end != wend || fl != wfl) {
+			t.Fatalf("%q: end %d flags %d status %d, want end %d flags %d ok %v", b, end, fl, st, wend, wfl, ok)
+		}
+	}
+	for _, fill := range []byte{'a', ' ', '~', '!', '#', '[', ']', 0x7f} {
+		for pos := range 20 {
+			for c := range 256 {
+				b := bytes.Repeat([]byte{fill}, 26)
+				b[0], b[25] = '"', '"'
+				b[pos+1] = byte(c)
+				check(b)
+			}
+		}
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	alphabet := []byte{0, 0x1f, 0x20, 0x21, '"', 0x23, '\\', 0x5b, 0x5d, 0x7f, 0x80, 0xc3, 0xff, 'a', 'b', 'c', 'u', 'n', '0'}
+	for range 100_000 {
+		b := make([]byte, 1+r.IntN(40))
+		b[0] = '"'
+		for i := 1; i < len(b); i++ {
+			b[i] = alphabet[r.IntN(len(alphabet))]
+		}
+		check(b)
 	}
 }

@@ -114,7 +114,7 @@ func (s *Scanner) Value(b []byte, i, depth int) (int, Status) {
 		switch c := b[i]; c {
 		case '{', '[':
 			if depth >= MaxDepth {
-				return i, tooDeep
+				return i, TooDeep
 			}
 			var empty bool
 			if i, empty, st = s.Open(b, i); st != OK {

@@ -17,6 +17,7 @@ import (
 	"cel.dev/cel-go/common/types/traits"
 	"cel.dev/cel-go/interpreter"
 
+	"github.com/auditd/auditd/internal/jsonscan"
 	"github.com/auditd/auditd/rederive/fold"
 )
 
@@ -317,7 +318,9 @@ func (d *celDerivation) ExportKey(key string, state fold.State) (v any, err erro
 	return exportCELValue(st, 0)
 }
 
-const celMaxDepth = 10000
+// celMaxDepth bounds the nesting of values (exported, encoded, decoded
+// states): JSON's limit, as events are JSON.
+const celMaxDepth = jsonscan.MaxDepth
 
 func exportCELValue(v ref.Val, depth int) (any, error) {
 	if depth > celMaxDepth {

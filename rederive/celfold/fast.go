@@ -9,6 +9,7 @@ import (
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
 
+	"github.com/auditd/auditd/internal/jsonscan"
 	"github.com/auditd/auditd/rederive/fold"
 )
 
@@ -213,7 +214,7 @@ func projectJSON(b []byte, names []string, vals []fastVal) bool {
 	}
 	d := celJSONDecoders.Get().(*celJSONDecoder)
 	// The scan reads b in place: nothing it keeps points into it.
-	d.s, d.i, d.depth = unsafe.String(&b[0], len(b)), 0, 0
+	d.reset(unsafe.String(&b[0], len(b)), 0)
 	ok := d.project(names, vals)
 	d.release()
 	return ok
@@ -224,39 +225,29 @@ func (d *celJSONDecoder) project(names []string, vals []fastVal) bool {
 	for i := range vals {
 		vals[i] = fastVal{kind: fastAbsent}
 	}
-	d.skipSpace()
-	if d.i >= len(d.s) || d.s[d.i] != '{' {
+	d.i = jsonscan.SkipSpace(d.b, d.i)
+	if d.i >= len(d.b) || d.b[d.i] != '{' {
 		return false
 	}
-	d.i++
-	d.depth = 1
-	d.skipSpace()
-	if d.i < len(d.s) && d.s[d.i] == '}' {
-		d.i++
-	} else if !d.projectFields(names, vals, &pos) {
+	j, empty, st := d.sc.Open(d.b, d.i)
+	if st != jsonscan.OK {
 		return false
 	}
-	d.skipSpace()
-	if d.i < len(d.s) {
+	d.i, d.depth = j, 1
+	if !empty && !d.projectFields(names, vals, &pos) {
+		return false
+	}
+	if _, st := jsonscan.End(d.b, d.i); st != jsonscan.OK {
 		return false
 	}
 	for j := range vals {
 		v := &vals[j]
 		switch v.kind {
-		case jsonString:
-			d.i = pos[j]
-			s, err := d.str()
-			if err != nil {
-				return false
+		case jsonString, jsonStringEsc:
+			end, fl, _ := jsonscan.String(d.b, pos[j]) // validated above
+			if v.str = d.str(pos[j], end, fl); v.kind == jsonString {
+				v.str = strings.Clone(v.str) // else decoded: a new string
 			}
-			v.str = strings.Clone(s)
-		case jsonStringEsc:
-			d.i = pos[j]
-			s, err := d.str() // decoded: a new string
-			if err != nil {
-				return false
-			}
-			v.str = s
 		case jsonObject, jsonArray:
 			return false
 		}
@@ -264,47 +255,35 @@ func (d *celJSONDecoder) project(names []string, vals []fastVal) bool {
 	return true
 }
 
-// projectFields scans an object's fields, d.i past its opening brace,
+// projectFields scans an object's fields, d.i at its first key,
 // recording the named ones' kinds, bits and positions.
 func (d *celJSONDecoder) projectFields(names []string, vals []fastVal, pos *[maxPlanFields]int) bool {
+	j := d.i
 	for {
-		d.skipSpace()
-		if d.i >= len(d.s) || d.s[d.i] != '"' {
+		kEnd, v, fl, st := d.sc.Key(d.b, j)
+		if st != jsonscan.OK {
 			return false
 		}
-		name, err := d.str()
-		if err != nil {
-			return false
-		}
-		d.skipSpace()
-		if d.i >= len(d.s) || d.s[d.i] != ':' {
-			return false
-		}
-		d.i++
-		d.skipSpace()
-		start := d.i
+		name := d.str(j, kEnd, fl)
+		d.i = v
 		kind, bits, err := d.skip()
 		if err != nil {
 			return false
 		}
-		for j, n := range names {
+		for k, n := range names {
 			if len(n) == len(name) && n == name {
-				vals[j] = fastVal{kind: kind, bits: bits}
-				pos[j] = start
+				vals[k] = fastVal{kind: kind, bits: bits}
+				pos[k] = v
 				break
 			}
 		}
-		d.skipSpace()
-		if d.i >= len(d.s) {
+		var more bool
+		if j, more, st = d.sc.Next(d.b, d.i, true); st != jsonscan.OK {
 			return false
 		}
-		if c := d.s[d.i]; c == ',' {
-			d.i++
-			continue
-		} else if c != '}' {
-			return false
+		if !more {
+			d.i = j
+			return true
 		}
-		d.i++
-		return true
 	}
 }

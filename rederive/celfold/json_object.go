@@ -98,7 +98,7 @@ func (o *celJSONObject) value(f *celJSONField) ref.Val {
 	}
 	f.once.once.Do(func() {
 		d := celJSONDecoders.Get().(*celJSONDecoder)
-		d.s, d.i, d.depth = o.src, f.start, 0
+		d.reset(o.src, f.start)
 		v, err := d.value()
 		d.release()
 		if err != nil { // validated by Prepare: cannot happen

@@ -15,25 +15,31 @@ type Scanner struct {
 	stack [MaxDepth/64 + 1]uint64 // bit set: an object, clear: an array
 }
 
-// skip skips white space from b[i], counting it.
-func (s *Scanner) skip(b []byte, i int) (int, Status) {
+// spaceAt reports whether white space starts at b[i]. Most JSON has none
+// between tokens: callers skip it (skipSpace) only when it does.
+func spaceAt(b []byte, i int) bool { return i < len(b) && space[b[i]] }
+
+// skipSpace skips the white space from b[i], counting it.
+func (s *Scanner) skipSpace(b []byte, i int) (int, Status) {
 	j := SkipSpace(b, i)
-	if j > i {
-		if s.OneLine && bytes.IndexByte(b[i:j], '\n') >= 0 {
-			return i + bytes.IndexByte(b[i:j], '\n'), newline
+	if s.OneLine {
+		if k := bytes.IndexByte(b[i:j], '\n'); k >= 0 {
+			return i + k, newline
 		}
-		s.Space += j - i
 	}
+	s.Space += j - i
 	return j, OK
 }
 
 // Open skips the white space after the '{' or '[' at b[i] and reports
 // whether the container is empty (then the offset is after its close).
 func (s *Scanner) Open(b []byte, i int) (int, bool, Status) {
-	c := b[i]
-	j, st := s.skip(b, i+1)
-	if st != OK {
-		return j, false, st
+	c, j := b[i], i+1
+	if spaceAt(b, j) {
+		var st Status
+		if j, st = s.skipSpace(b, j); st != OK {
+			return j, false, st
+		}
 	}
 	if j >= len(b) {
 		if c == '{' {
@@ -60,17 +66,22 @@ func (s *Scanner) Key(b []byte, i int) (end, value int, fl Flags, st Status) {
 	if end, fl, st = String(b, i); st != OK {
 		return end, 0, fl, st
 	}
-	j, st := s.skip(b, end)
+	j := end
+	if spaceAt(b, j) {
+		if j, st = s.skipSpace(b, j); st != OK {
+			return j, 0, fl, st
+		}
+	}
 	switch {
-	case st != OK:
-		return j, 0, fl, st
 	case j >= len(b):
 		return j, 0, fl, badColon | truncated
 	case b[j] != ':':
 		return j, 0, fl, badColon
 	}
-	if j, st = s.skip(b, j+1); st != OK {
-		return j, 0, fl, st
+	if j++; spaceAt(b, j) {
+		if j, st = s.skipSpace(b, j); st != OK {
+			return j, 0, fl, st
+		}
 	}
 	return end, j, fl, OK
 }
@@ -80,24 +91,30 @@ func (s *Scanner) Key(b []byte, i int) (end, value int, fl Flags, st Status) {
 // next one (more true, at the offset returned), or the close (more false,
 // the offset after it).
 func (s *Scanner) Next(b []byte, i int, object bool) (int, bool, Status) {
-	j, st := s.skip(b, i)
-	if st != OK {
-		return j, false, st
+	j, st := i, OK
+	if spaceAt(b, j) {
+		if j, st = s.skipSpace(b, j); st != OK {
+			return j, false, st
+		}
 	}
-	bad, close := badAfterArrayElement, byte(']')
-	if object {
-		bad, close = badAfterObjectValue, '}'
+	if j >= len(b) {
+		if object {
+			return j, false, badAfterObjectValue | truncated
+		}
+		return j, false, badAfterArrayElement | truncated
 	}
-	switch {
-	case j >= len(b):
-		return j, false, bad | truncated
-	case b[j] == ',':
-		j, st = s.skip(b, j+1)
+	switch c := b[j]; {
+	case c == ',':
+		if j++; spaceAt(b, j) {
+			j, st = s.skipSpace(b, j)
+		}
 		return j, true, st
-	case b[j] == close:
+	case c == '}' && object, c == ']' && !object:
 		return j + 1, false, OK
+	case object:
+		return j, false, badAfterObjectValue
 	}
-	return j, false, bad
+	return j, false, badAfterArrayElement
 }
 
 // Value scans the value at b[i] (not white space), inside depth open

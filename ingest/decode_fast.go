@@ -88,7 +88,7 @@ func (f *fields) scan(sc *jsonscan.Scanner, b []byte) (int, fastStatus) {
 			return 0, status(st)
 		}
 		if fl != 0 {
-			return 0, fastBail // an escape: no field's name as it is
+			return 0, fastBail // an escape or a byte past ASCII: no field's name
 		}
 		bit := fieldBit(b[i+1 : end-1])
 		if bit == 0 || f.seen&bit != 0 {

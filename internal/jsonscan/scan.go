@@ -64,8 +64,9 @@ func (st Status) Truncated() bool { return st&truncated != 0 }
 type Flags uint8
 
 const (
-	Escaped Flags = 1 << iota // a string with an escape: decode it with AppendString
-	Integer                   // a number without a fraction or an exponent
+	Escaped  Flags = 1 << iota // a string with an escape: decode it with AppendString
+	NonASCII                   // a string with bytes of 0x80 and up (not checked as UTF-8)
+	Integer                    // a number without a fraction or an exponent
 )
 
 // Kind is the kind of a JSON value.
@@ -215,20 +216,27 @@ func End(b []byte, i int) (int, Status) {
 // String scans the string whose opening quote is at b[i], returning the
 // offset after its closing quote. It goes 8 bytes at a time while none
 // needs a look. Bytes of 0x80 and up are taken as they are (encoding/json
-// takes invalid UTF-8): a builder that needs valid UTF-8 checks it.
+// takes invalid UTF-8), flagged NonASCII: a builder that needs valid
+// UTF-8 checks those strings only.
 func String(b []byte, i int) (int, Flags, Status) {
 	j := i + 1
 	var fl Flags
+	var seen uint64 // the bytes passed, ORed: their high bits tell non-ASCII
 	for {
 		for j+8 <= len(b) {
-			if m := special(binary.LittleEndian.Uint64(b[j:])); m != 0 {
-				j += bits.TrailingZeros64(m) >> 3 // b[j] is the first special byte
+			x := binary.LittleEndian.Uint64(b[j:])
+			if m := special(x); m != 0 {
+				n := bits.TrailingZeros64(m) >> 3 // b[j+n] is the first special byte
+				seen |= x << (64 - 8*n)           // the n bytes before it (none when n is 0)
+				j += n
 				break
 			}
+			seen |= x
 			j += 8
 		}
 		if j+8 > len(b) {
 			for j < len(b) && strSafe[b[j]] {
+				seen |= uint64(b[j]) << 56
 				j++
 			}
 			if j == len(b) {
@@ -237,6 +245,9 @@ func String(b []byte, i int) (int, Flags, Status) {
 		}
 		switch c := b[j]; {
 		case c == '"':
+			if seen&0x8080808080808080 != 0 {
+				fl |= NonASCII
+			}
 			return j + 1, fl, OK
 		case c == '\\':
 			fl |= Escaped

@@ -94,7 +94,7 @@ func build(s *Scanner, b []byte, i, depth int) (any, int, Status) {
 }
 
 func str(q []byte, fl Flags) string {
-	if fl&Escaped == 0 && utf8.Valid(q[1:len(q)-1]) {
+	if fl&Escaped == 0 && (fl&NonASCII == 0 || utf8.Valid(q[1:len(q)-1])) {
 		return string(q[1 : len(q)-1])
 	}
 	return string(AppendString(nil, q[1:len(q)-1]))
@@ -226,15 +226,15 @@ func TestOneLineAndSpace(t *testing.T) {
 	}
 }
 
-// TestStringFlags: the flag tells escapes wherever they are in a string
-// (before, across and after its 8-byte words); bytes past ASCII are text.
+// TestStringFlags: flags tell escapes and non-ASCII bytes wherever they
+// are in a string (before, across and after its 8-byte words).
 func TestStringFlags(t *testing.T) {
 	for n := 0; n < 20; n++ {
 		pad := strings.Repeat("x", n)
 		for _, c := range []struct {
 			mid string
 			fl  Flags
-		}{{"", 0}, {"\u00e9", 0}, {`\n`, Escaped}, {"\xff", 0}, {`\u00e9`, Escaped}} {
+		}{{"", 0}, {"\u00e9", NonASCII}, {`\n`, Escaped}, {"\xff", NonASCII}, {`\u00e9`, Escaped}} {
 			for _, s := range []string{`"` + pad + c.mid + `"`, `"` + c.mid + pad + `"`, `"` + pad + c.mid + pad + `"`} {
 				end, fl, st := String([]byte(s+",1"), 0)
 				if st != OK || end != len(s) || fl != c.fl {
@@ -357,6 +357,8 @@ func TestStringBytewise(t *testing.T) {
 				}
 			case c < 0x20:
 				return 0, fl, false
+			case c >= 0x80:
+				fl |= NonASCII
 			}
 		}
 		return 0, fl, false

@@ -206,7 +206,7 @@ func (d *celJSONDecoder) skip() (kind uint8, bits uint64, err error) {
 // plainString reports whether the text of a string, as scanned with flags
 // fl, stands for itself: no escapes, valid UTF-8.
 func plainString(text string, fl jsonscan.Flags) bool {
-	return fl&jsonscan.Escaped == 0 && utf8.ValidString(text)
+	return fl&jsonscan.Escaped == 0 && (fl&jsonscan.NonASCII == 0 || utf8.ValidString(text))
 }
 
 // str returns the string d.s[start:end] (its quotes included), scanned

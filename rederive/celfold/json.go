@@ -169,6 +169,18 @@ func (d *celJSONDecoder) index() (ref.Val, error) {
 // skip validates the value at d.i and moves past it. It returns the
 // value's kind and, for a number, its bits.
 func (d *celJSONDecoder) skip() (kind uint8, bits uint64, err error) {
+	if d.i < len(d.b) && d.b[d.i] == '"' { // the usual value: no call to Scalar
+		end, fl, st := jsonscan.String(d.b, d.i)
+		if st != jsonscan.OK {
+			return 0, 0, d.fail(end, st)
+		}
+		plain := plainString(d.s[d.i+1:end-1], fl)
+		d.i = end
+		if plain {
+			return jsonString, 0, nil
+		}
+		return jsonStringEsc, 0, nil
+	}
 	end, k, fl, st := jsonscan.Scalar(d.b, d.i)
 	if st != jsonscan.OK {
 		return 0, 0, d.fail(end, st)

@@ -119,7 +119,13 @@ func (s *pgStore) close(conn *pgx.Conn) {
 	conn.Close(ctx)
 }
 
-func (s *pgStore) Scan(ctx context.Context, fn func(Row) error) (err error) {
+func (s *pgStore) Scan(ctx context.Context, fn func(Row) error) error {
+	return s.scanQuery(ctx, s.query, nil, fn)
+}
+
+// scanQuery runs sql (the store's query, or one that selects the same
+// columns from it) with args and calls fn with each row, as Scan does.
+func (s *pgStore) scanQuery(ctx context.Context, sql string, args []any, fn func(Row) error) (err error) {
 	conn, err := s.connect(ctx)
 	if err != nil {
 		return err
@@ -129,7 +135,7 @@ func (s *pgStore) Scan(ctx context.Context, fn func(Row) error) (err error) {
 	// the result to finish it.
 	qctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	rows, err := conn.Query(qctx, s.query, pgx.QueryResultFormats{pgx.TextFormatCode})
+	rows, err := conn.Query(qctx, sql, append([]any{pgx.QueryResultFormats{pgx.TextFormatCode}}, args...)...)
 	if err != nil {
 		return storeError(ctx, s.name, err)
 	}

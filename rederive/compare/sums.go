@@ -2,12 +2,11 @@ package compare
 
 import (
 	"context"
-	"crypto/md5"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"math"
 	"math/bits"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"sort"
@@ -47,10 +46,14 @@ type rangeAcc struct {
 	forced bool
 }
 
+// add adds a signed 64-bit hash (as its bits).
 func (a *rangeAcc) add(h uint64) {
 	var carry uint64
 	a.lo, carry = bits.Add64(a.lo, h, 0)
 	a.hi += carry
+	if int64(h) < 0 {
+		a.hi-- // sign extension: + (2^64 - 1)·2^64
+	}
 	a.rows++
 }
 
@@ -71,10 +74,11 @@ func (a rangeAcc) equals(s store.RangeSum) bool {
 // hashes it.
 type hasher struct {
 	layout store.SumLayout
+	seed   uint64
 	buf    []byte
 }
 
-// hash returns the 60-bit hash of the row key, v; ok is false when v
+// hash returns the hash of the row key, v; ok is false when v
 // writes no canonical text (a timestamp, a list, a float NaN, a map
 // whose fields are not the store's columns).
 func (h *hasher) hash(key string, v any) (uint64, bool) {
@@ -110,8 +114,7 @@ func (h *hasher) hash(key string, v any) (uint64, bool) {
 	if !ok {
 		return 0, false
 	}
-	d := md5.Sum(b)
-	return binary.BigEndian.Uint64(d[8:]) & (1<<60 - 1), true
+	return store.HashText(b, h.seed), true
 }
 
 // appendScalar appends a scalar's canonical text.
@@ -233,6 +236,9 @@ func compareSums(ctx context.Context, s store.Store, sm store.Summer, expected m
 	}
 	t := tuning
 	n := len(expected)
+	// A seed of its own for each comparison: a store cannot be made to
+	// keep its sums by rows chosen in advance.
+	seed := rand.Uint64()
 
 	// The first ranges: bounds drawn from a sample of the keys. A map's
 	// order has nothing to do with the keys' order, so its first keys are
@@ -261,9 +267,9 @@ func compareSums(ctx context.Context, s store.Store, sm store.Summer, expected m
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		sums, sumErr = sm.Sums(ctx, nil, bounds)
+		sums, sumErr = sm.Sums(ctx, nil, bounds, seed)
 	}()
-	acc, err := hashAll(ctx, expected, layout, bounds)
+	acc, err := hashAll(ctx, expected, &hasher{layout: layout, seed: seed}, bounds)
 	wg.Wait()
 	if err != nil {
 		return Stats{Keys: int64(len(expected))}, err, true
@@ -322,7 +328,7 @@ func compareSums(ctx context.Context, s store.Store, sm store.Summer, expected m
 	j.st.Matched += matchedKeys
 	j.st.Summed = matchedKeys
 
-	h := &hasher{layout: layout}
+	h := &hasher{layout: layout, seed: seed}
 	var leaves []sumRange
 	for len(ranges) > 0 {
 		if err := ctx.Err(); err != nil {
@@ -369,7 +375,7 @@ func compareSums(ctx context.Context, s store.Store, sm store.Summer, expected m
 			}
 		}
 		bounds = slices.Compact(bounds)
-		sums, err := sm.Sums(ctx, within, bounds)
+		sums, err := sm.Sums(ctx, within, bounds, seed)
 		if err != nil {
 			return j.st, err, true
 		}
@@ -426,7 +432,7 @@ func compareSums(ctx context.Context, s store.Store, sm store.Summer, expected m
 
 // hashAll hashes every expected row into the bucket of its key among
 // bounds, on every core.
-func hashAll(ctx context.Context, expected map[string]any, layout store.SumLayout, bounds []string) ([]rangeAcc, error) {
+func hashAll(ctx context.Context, expected map[string]any, proto *hasher, bounds []string) ([]rangeAcc, error) {
 	type pair struct {
 		k string
 		v any
@@ -440,7 +446,7 @@ func hashAll(ctx context.Context, expected map[string]any, layout store.SumLayou
 		wg.Add(1)
 		go func(acc []rangeAcc) {
 			defer wg.Done()
-			h := &hasher{layout: layout}
+			h := &hasher{layout: proto.layout, seed: proto.seed}
 			for batch := range batches {
 				for _, p := range batch {
 					a := &acc[bucketOf(bounds, p.k)]

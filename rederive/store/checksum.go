@@ -32,10 +32,17 @@ import (
 // bytea, char(n), enums) writes "?", which no expected value writes, so a
 // range holding one is always read row by row.
 //
-// A row's hash is the last 60 bits of the MD5 of its canonical text in
-// UTF-8 (the last 15 hexadecimal digits), and a range's sum is the sum of
-// its rows' hashes, exactly (no wrap-around), with the number of rows.
-// Keys are ordered by their bytes (PostgreSQL's collation "C").
+// A row's hash is PostgreSQL's hashtextextended of its canonical text in
+// UTF-8 with a seed drawn at random for each comparison (HashText computes
+// it in Go), a signed 64-bit integer, and a range's sum is the sum of its
+// rows' hashes, exactly (no wrap-around), with the number of rows. Keys
+// are ordered by their bytes (PostgreSQL's collation "C").
+//
+// The hash is not cryptographic: a sum that agrees says the range holds
+// the expected rows unless they differ by accident with odds of about
+// 2^-64, or were changed on purpose by someone who knew the run's seed.
+// The full comparison (method rows) reads every row and has no such
+// limit.
 
 // KeyRange is the keys k with Lo <= k < Hi in byte order, or Lo <= k
 // when Open is set.
@@ -50,7 +57,8 @@ func (r KeyRange) Contains(k string) bool {
 }
 
 // RangeSum is a key range's row count and the exact sum of its rows'
-// 60-bit hashes, as a 128-bit integer Hi·2^64 + Lo.
+// signed 64-bit hashes, as a 128-bit two's complement integer
+// Hi·2^64 + Lo.
 type RangeSum struct {
 	Rows   int64
 	Hi, Lo uint64
@@ -72,14 +80,16 @@ type Summer interface {
 	// SumLayout returns how the store writes its rows, or an error
 	// wrapping ErrNoSums when its key or value columns cannot be summed
 	// (a key that is no text, integer, numeric or uuid; a value column
-	// every row of which would write "?"; a database not in UTF-8).
+	// every row of which would write "?"; a database not in UTF-8; a
+	// server whose hash differs from HashText's).
 	SumLayout(ctx context.Context) (SumLayout, error)
 	// Sums sums the rows whose keys are within one of the ranges (all
 	// rows when within is nil) by bucket: bucket 0 holds the keys below
 	// bounds[0], bucket i those in [bounds[i-1], bounds[i]), bucket
 	// len(bounds) those at or above the last bound. bounds is sorted and
 	// holds no key twice. The result has len(bounds)+1 entries.
-	Sums(ctx context.Context, within []KeyRange, bounds []string) ([]RangeSum, error)
+	// Rows are hashed with seed.
+	Sums(ctx context.Context, within []KeyRange, bounds []string, seed uint64) ([]RangeSum, error)
 	// ScanRanges calls fn with each row whose key is within one of the
 	// ranges, as Scan does.
 	ScanRanges(ctx context.Context, ranges []KeyRange, fn func(Row) error) error

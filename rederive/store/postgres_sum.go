@@ -19,8 +19,12 @@ var _ Summer = (*pgStore)(nil)
 type pgSumPlan struct {
 	layout SumLayout
 	key    string // the key as text, collation "C", over the query aliased q
-	hash   string // the row's 60-bit hash as a bigint
+	text   string // the row's canonical text
 }
+
+// hashProbe is hashed by the server and by HashText when a plan is made:
+// a server that hashes otherwise (a big-endian machine) cannot be summed.
+const hashProbe = "auditd: é 中 \U0001F600 hashtextextended"
 
 // sumPlan describes the store's query on conn and writes the plan, or
 // returns an ErrNoSums error saying why the rows cannot be summed.
@@ -31,6 +35,19 @@ func (s *pgStore) sumPlan(ctx context.Context, conn *pgx.Conn) (*pgSumPlan, erro
 	}
 	if enc != "UTF8" {
 		return nil, fmt.Errorf("%w: %s: the database's encoding is %s, not UTF8", ErrNoSums, s.name, enc)
+	}
+	const seed = 0x5eed_0f_a0d17d
+	var h int64
+	if err := conn.QueryRow(ctx, "SELECT hashtextextended($1::text COLLATE \"C\", $2)", hashProbe, int64(seed)).Scan(&h); err != nil {
+		return nil, fmt.Errorf("%w: %s: hashtextextended: %w", ErrNoSums, s.name, err)
+	}
+	if uint64(h) != HashText([]byte(hashProbe), seed) {
+		return nil, fmt.Errorf("%w: %s: the server hashes text otherwise than auditd does", ErrNoSums, s.name)
+	}
+	// The sums' expressions are large (a binary search over thousands of
+	// bounds): compiling them with JIT would take longer than the scan.
+	if _, err := conn.Exec(ctx, "SET jit = off"); err != nil {
+		return nil, storeError(ctx, s.name, err)
 	}
 	sd, err := conn.PgConn().Prepare(ctx, "", s.query, nil)
 	if err != nil {
@@ -73,7 +90,7 @@ func (s *pgStore) sumPlan(ctx context.Context, conn *pgx.Conn) (*pgSumPlan, erro
 		text.WriteString(expr)
 		p.layout.Columns = append(p.layout.Columns, c.name)
 	}
-	p.hash = "('x' || substr(md5(" + text.String() + "), 18))::bit(60)::bigint"
+	p.text = text.String()
 	return p, nil
 }
 
@@ -118,10 +135,16 @@ func (s *pgStore) SumLayout(ctx context.Context) (SumLayout, error) {
 // sqlArgs collects the arguments of a statement, numbered $1, $2, ...
 type sqlArgs []any
 
-// add adds v and returns its placeholder, typed text.
+// text adds v and returns its placeholder, typed text.
 func (a *sqlArgs) text(v string) string {
 	*a = append(*a, v)
 	return "$" + strconv.Itoa(len(*a)) + "::text"
+}
+
+// bigint adds v and returns its placeholder, typed bigint.
+func (a *sqlArgs) bigint(v int64) string {
+	*a = append(*a, v)
+	return "$" + strconv.Itoa(len(*a)) + "::bigint"
 }
 
 // rangeWhere returns a condition that holds for the keys within ranges:
@@ -163,7 +186,7 @@ func bucketSQL(key string, bounds []string, args *sqlArgs) string {
 const maxSumParams = 60_000
 
 // Sums implements Summer.
-func (s *pgStore) Sums(ctx context.Context, within []KeyRange, bounds []string) ([]RangeSum, error) {
+func (s *pgStore) Sums(ctx context.Context, within []KeyRange, bounds []string, seed uint64) ([]RangeSum, error) {
 	if len(bounds)+2*len(within) > maxSumParams {
 		return nil, fmt.Errorf("%w: %s: sums: %d bounds and %d ranges are too many for one query", ErrStore, s.name, len(bounds), len(within))
 	}
@@ -177,7 +200,7 @@ func (s *pgStore) Sums(ctx context.Context, within []KeyRange, bounds []string) 
 		return nil, err
 	}
 	var args sqlArgs
-	sql := "SELECT b, count(*), sum(h)::text FROM (SELECT " + bucketSQL(p.key, bounds, &args) + " AS b, " + p.hash + " AS h FROM (" + s.query + ") q"
+	sql := "SELECT b, count(*), sum(h)::text FROM (SELECT " + bucketSQL(p.key, bounds, &args) + " AS b, hashtextextended((" + p.text + `) COLLATE "C", ` + args.bigint(int64(seed)) + ") AS h FROM (" + s.query + ") q"
 	if within != nil {
 		sql += " WHERE " + rangeWhere(p.key, within, &args)
 	}
@@ -195,8 +218,11 @@ func (s *pgStore) Sums(ctx context.Context, within []KeyRange, bounds []string) 
 			return nil, storeError(ctx, s.name, fmt.Errorf("sums: %w", err))
 		}
 		v, ok := new(big.Int).SetString(sum, 10)
-		if !ok || b < 0 || b > int64(len(bounds)) || v.Sign() < 0 || v.BitLen() > 128 {
+		if !ok || b < 0 || b > int64(len(bounds)) || v.BitLen() > 127 {
 			return nil, storeError(ctx, s.name, fmt.Errorf("sums: bucket %d: sum %q", b, sum))
+		}
+		if v.Sign() < 0 { // two's complement
+			v.Add(v, new(big.Int).Lsh(big.NewInt(1), 128))
 		}
 		lo := new(big.Int).And(v, new(big.Int).SetUint64(^uint64(0)))
 		out[b] = RangeSum{Rows: n, Hi: new(big.Int).Rsh(v, 64).Uint64(), Lo: lo.Uint64()}

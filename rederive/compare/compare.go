@@ -68,6 +68,11 @@ type Config struct {
 	// the expected values'. Both report the same drift; a store that
 	// cannot sum is read row by row.
 	Method Method `yaml:"method,omitempty" json:"method,omitempty"`
+	// Incremental compares, in the daemon's runs between full runs, only
+	// the keys whose expected value changed since the last clean
+	// comparison (CompareChanged), reading their rows alone. Full runs
+	// (every full_interval, and auditd verify) compare every key.
+	Incremental bool `yaml:"incremental,omitempty" json:"incremental,omitempty"`
 }
 
 // Method is how a comparison reads the store: MethodRows or MethodSums
@@ -175,6 +180,10 @@ type Stats struct {
 	Summed int64 `json:"summed,omitempty"`
 	// SumQueries counts the queries that summed key ranges in the store.
 	SumQueries int64 `json:"sum_queries,omitempty"`
+	// Unchanged counts the expected keys an incremental comparison did
+	// not read, their values unchanged since the last clean comparison
+	// (counted in Matched).
+	Unchanged int64 `json:"unchanged,omitempty"`
 }
 
 // Compare reads every row of s and compares it with the expected value of

@@ -98,3 +98,11 @@ type Summer interface {
 // ErrNoSums marks a store that cannot sum its rows: the comparison reads
 // every row instead.
 var ErrNoSums = errors.New("rederive: store cannot sum its rows")
+
+// KeyReader is a store that reads the rows of given keys only.
+type KeyReader interface {
+	// ScanKeys calls fn with the row of each of keys the store holds, as
+	// Scan does, in any order. It may also return rows of other keys
+	// (equal under the store's collation): the caller filters them.
+	ScanKeys(ctx context.Context, keys []string, fn func(Row) error) error
+}

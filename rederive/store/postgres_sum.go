@@ -251,3 +251,38 @@ func (s *pgStore) ScanRanges(ctx context.Context, ranges []KeyRange, fn func(Row
 	where := rangeWhere(p.key, ranges, &args)
 	return s.scanQuery(ctx, "SELECT q.* FROM ("+s.query+") q WHERE "+where, args, fn)
 }
+
+var _ KeyReader = (*pgStore)(nil)
+
+// ScanKeys implements KeyReader: one query for all keys, which
+// PostgreSQL answers from an index on the key column when there is one.
+// A key column of another type than text, an integer, numeric or uuid is
+// an ErrNoSums error.
+func (s *pgStore) ScanKeys(ctx context.Context, keys []string, fn func(Row) error) error {
+	conn, err := s.connect(ctx)
+	if err != nil {
+		return err
+	}
+	sd, err := conn.PgConn().Prepare(ctx, "", s.query, nil)
+	if err != nil {
+		s.close(conn)
+		return storeError(ctx, s.name, err)
+	}
+	cols, keyIdx, err := s.columns(sd.Fields)
+	s.close(conn)
+	if err != nil {
+		return storeError(ctx, s.name, err)
+	}
+	kc := "q." + pgx.Identifier{cols[keyIdx].name}.Sanitize()
+	switch cols[keyIdx].oid {
+	case pgtype.TextOID, pgtype.VarcharOID:
+	case pgtype.Int2OID, pgtype.Int4OID, pgtype.Int8OID, pgtype.NumericOID, pgtype.UUIDOID:
+		kc += "::text"
+	default:
+		return fmt.Errorf("%w: %s: the key column %q is not text, an integer, numeric or uuid", ErrNoSums, s.name, cols[keyIdx].name)
+	}
+	if keys == nil {
+		keys = []string{}
+	}
+	return s.scanQuery(ctx, "SELECT q.* FROM ("+s.query+") q WHERE "+kc+" = ANY($1::text[])", []any{keys}, fn)
+}

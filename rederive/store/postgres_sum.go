@@ -235,21 +235,21 @@ func (s *pgStore) Sums(ctx context.Context, within []KeyRange, bounds []string, 
 
 // ScanRanges implements Summer.
 func (s *pgStore) ScanRanges(ctx context.Context, ranges []KeyRange, fn func(Row) error) error {
+	if 2*len(ranges) > maxSumParams {
+		return fmt.Errorf("%w: %s: %d ranges are too many for one query", ErrStore, s.name, len(ranges))
+	}
 	conn, err := s.connect(ctx)
 	if err != nil {
 		return err
 	}
+	defer s.close(conn)
 	p, err := s.sumPlan(ctx, conn)
-	s.close(conn)
 	if err != nil {
 		return err
 	}
-	if 2*len(ranges) > maxSumParams {
-		return fmt.Errorf("%w: %s: %d ranges are too many for one query", ErrStore, s.name, len(ranges))
-	}
 	var args sqlArgs
 	where := rangeWhere(p.key, ranges, &args)
-	return s.scanQuery(ctx, "SELECT q.* FROM ("+s.query+") q WHERE "+where, args, fn)
+	return s.scanConn(ctx, conn, "SELECT q.* FROM ("+s.query+") q WHERE "+where, args, fn)
 }
 
 var _ KeyReader = (*pgStore)(nil)
@@ -269,10 +269,11 @@ func (s *pgStore) ScanKeys(ctx context.Context, keys []string, fn func(Row) erro
 		return storeError(ctx, s.name, err)
 	}
 	cols, keyIdx, err := s.columns(sd.Fields)
-	s.close(conn)
 	if err != nil {
+		s.close(conn)
 		return storeError(ctx, s.name, err)
 	}
+	defer s.close(conn)
 	kc := "q." + pgx.Identifier{cols[keyIdx].name}.Sanitize()
 	switch cols[keyIdx].oid {
 	case pgtype.TextOID, pgtype.VarcharOID:
@@ -284,5 +285,5 @@ func (s *pgStore) ScanKeys(ctx context.Context, keys []string, fn func(Row) erro
 	if keys == nil {
 		keys = []string{}
 	}
-	return s.scanQuery(ctx, "SELECT q.* FROM ("+s.query+") q WHERE "+kc+" = ANY($1::text[])", []any{keys}, fn)
+	return s.scanConn(ctx, conn, "SELECT q.* FROM ("+s.query+") q WHERE "+kc+" = ANY($1::text[])", []any{keys}, fn)
 }

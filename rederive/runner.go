@@ -187,7 +187,7 @@ func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
 		}
 		return fail(&runFailure{ErrKindDerivation, fmt.Errorf("%w: every event failed (%d derivation errors, no key derived): the derivation is broken, not the store%s", ErrAllEventsFailed, res.ErrorCount, first)})
 	}
-	drifts, f := r.compare(ctx, rep, st, sp, d, res)
+	drifts, f := r.compare(ctx, rep, st, sp, d, res, full)
 	if f != nil {
 		return fail(f)
 	}
@@ -391,7 +391,7 @@ func (r *Runner) fold(ctx context.Context, rep *Report, d fold.Derivation, spans
 
 // compare exports res's states and compares them with the store,
 // recording the figures on rep.
-func (r *Runner) compare(ctx context.Context, rep *Report, st store.Store, sp *spec.Spec, d fold.Derivation, res *fold.Result) ([]compare.Drift, *runFailure) {
+func (r *Runner) compare(ctx context.Context, rep *Report, st store.Store, sp *spec.Spec, d fold.Derivation, res *fold.Result, full bool) ([]compare.Drift, *runFailure) {
 	expected := make(map[string]any, len(res.States))
 	for k, s := range res.States {
 		v, err := fold.Export(d, k, s)
@@ -401,10 +401,23 @@ func (r *Runner) compare(ctx context.Context, rep *Report, st store.Store, sp *s
 		expected[k] = v
 	}
 	var drifts []compare.Drift
-	stats, err := compare.Compare(ctx, st, expected, sp.Compare, func(dr compare.Drift) error {
+	collect := func(dr compare.Drift) error {
 		drifts = append(drifts, dr)
 		return nil
-	})
+	}
+	incremental := sp.Compare.Incremental && r.bucket != nil
+	var stats compare.Stats
+	var err error
+	done := false
+	if incremental && !full {
+		stats, done, err = r.compareChanged(ctx, st, sp, expected, collect)
+	}
+	if !done {
+		stats, err = compare.Compare(ctx, st, expected, sp.Compare, collect)
+	}
+	if err == nil && incremental && len(drifts) == 0 {
+		r.saveBaseline(sp, expected, r.logger)
+	}
 	if errors.Is(err, compare.ErrConfig) {
 		// A column of the wrong type (cents as text): every row would
 		// differ, and none of it is the store's data being wrong.

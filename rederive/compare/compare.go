@@ -61,7 +61,31 @@ type Config struct {
 	Fields []string `yaml:"fields,omitempty" json:"fields,omitempty"`
 	// IgnoreExtra does not report keys in the store that nothing derives.
 	IgnoreExtra bool `yaml:"ignore_extra,omitempty" json:"ignore_extra,omitempty"`
+	// Method says how the store is read: MethodRows ("rows", the
+	// default) reads every row; MethodSums ("sums") has a store that can
+	// (PostgreSQL) sum a hash of its rows over key ranges where it keeps
+	// them, and reads only the rows of the ranges whose sums differ from
+	// the expected values'. Both report the same drift; a store that
+	// cannot sum is read row by row.
+	Method Method `yaml:"method,omitempty" json:"method,omitempty"`
+	// Incremental compares, in the daemon's runs between full runs, only
+	// the keys whose expected value changed since the last clean
+	// comparison (CompareChanged), reading their rows alone. Full runs
+	// (every full_interval, and auditd verify) compare every key.
+	Incremental bool `yaml:"incremental,omitempty" json:"incremental,omitempty"`
 }
+
+// Method is how a comparison reads the store: MethodRows or MethodSums
+// ("" is MethodRows).
+type Method string
+
+const (
+	// MethodRows reads every row of the store.
+	MethodRows Method = "rows"
+	// MethodSums compares sums over key ranges and reads only the rows
+	// of the ranges that differ.
+	MethodSums Method = "sums"
+)
 
 // Deleted is the rule for deleted keys: DeletedAbsent or DeletedNull
 // ("" is the default, see Config.Deleted).
@@ -81,6 +105,11 @@ func (c Config) Check() error {
 	case "", DeletedAbsent, DeletedNull:
 	default:
 		return fmt.Errorf("%w: deleted: %q is not a rule (want absent or null)", ErrConfig, c.Deleted)
+	}
+	switch c.Method {
+	case "", MethodRows, MethodSums:
+	default:
+		return fmt.Errorf("%w: method: %q is not a method (want rows or sums)", ErrConfig, c.Method)
 	}
 	return nil
 }
@@ -146,6 +175,15 @@ type Stats struct {
 	Mismatched int64 `json:"mismatched"`
 	// Extra counts the extra keys reported: 0 with IgnoreExtra.
 	Extra int64 `json:"extra"`
+	// Summed counts the expected keys judged equal by a sum over their
+	// key range, without reading their rows (method sums).
+	Summed int64 `json:"summed,omitempty"`
+	// SumQueries counts the queries that summed key ranges in the store.
+	SumQueries int64 `json:"sum_queries,omitempty"`
+	// Unchanged counts the expected keys an incremental comparison did
+	// not read, their values unchanged since the last clean comparison
+	// (counted in Matched).
+	Unchanged int64 `json:"unchanged,omitempty"`
 }
 
 // Compare reads every row of s and compares it with the expected value of
@@ -177,69 +215,111 @@ func Compare(ctx context.Context, s store.Store, expected map[string]any, c Conf
 			return st, err
 		}
 	}
-	nullRows := c.deleted() == DeletedNull
-	// Every key met, to find duplicates and, at the end, the missing keys.
-	seen := newKeySet(len(expected))
-	var met int64 // expected keys met
-	err := s.Scan(ctx, func(r store.Row) error {
-		st.Rows++
-		if !seen.add(r.Key) {
-			return fmt.Errorf("%w: key %q appears twice", store.ErrStore, r.Key)
-		}
-		exp, ok := expected[r.Key]
-		if !ok {
-			if c.IgnoreExtra || nullRows && isNullRow(r.Value) {
-				return nil
+	if c.Method == MethodSums {
+		if sm, ok := s.(store.Summer); ok {
+			st, err, done := compareSums(ctx, s, sm, expected, c, fn)
+			if done {
+				return st, err
 			}
-			st.Extra++
-			return fn(Drift{Kind: DriftExtra, Key: r.Key, Actual: r.Value})
 		}
-		met++
-		var diffs []FieldDiff
-		switch {
-		case exp != nil:
-			diffs = equal(exp, r.Value, &c)
-		case nullRows && isNullRow(r.Value):
-		case nullRows:
-			diffs = []FieldDiff{{Actual: r.Value}}
-		default: // deleted, and the store must not hold the key
-			diffs = []FieldDiff{{Actual: r.Value, Absent: "expected"}}
-		}
-		if diffs == nil {
-			st.Matched++
-			return nil
-		}
-		st.Mismatched++
-		return fn(Drift{Kind: DriftMismatch, Key: r.Key, Expected: exp, Actual: r.Value, Fields: diffs})
-	})
-	if err != nil {
-		return st, err
 	}
-	if met == int64(len(expected)) {
-		return st, nil
+	return compareRows(ctx, s, expected, c, fn)
+}
+
+// compareRows compares every row of s, as Compare describes.
+func compareRows(ctx context.Context, s store.Store, expected map[string]any, c Config, fn func(Drift) error) (Stats, error) {
+	j := newJudge(expected, &c, fn, len(expected))
+	err := s.Scan(ctx, j.row)
+	if err != nil {
+		return j.st, err
+	}
+	if j.met == int64(len(expected)) {
+		return j.st, nil
 	}
 	var missing []string
 	for k, v := range expected {
-		if seen.has(k) {
+		if j.seen.has(k) {
 			continue
 		}
 		if v == nil { // deleted, and absent
-			st.Matched++
+			j.st.Matched++
 			continue
 		}
 		missing = append(missing, k)
 	}
-	slices.Sort(missing)
-	for i, k := range missing {
-		if i&1023 == 0 && ctx.Err() != nil {
-			return st, ctx.Err()
+	return j.st, j.missing(ctx, missing)
+}
+
+// judge judges a store's rows against the expected values, counting on
+// st and calling fn with each drift.
+type judge struct {
+	c        *Config
+	expected map[string]any
+	fn       func(Drift) error
+	nullRows bool
+	st       Stats
+	// Every key met, to find duplicates and, at the end, the missing keys.
+	seen *keySet
+	met  int64 // expected keys met
+}
+
+func newJudge(expected map[string]any, c *Config, fn func(Drift) error, hint int) *judge {
+	return &judge{
+		c:        c,
+		expected: expected,
+		fn:       fn,
+		nullRows: c.deleted() == DeletedNull,
+		st:       Stats{Keys: int64(len(expected))},
+		seen:     newKeySet(hint),
+	}
+}
+
+// row judges one row of the store.
+func (j *judge) row(r store.Row) error {
+	j.st.Rows++
+	if !j.seen.add(r.Key) {
+		return fmt.Errorf("%w: key %q appears twice", store.ErrStore, r.Key)
+	}
+	exp, ok := j.expected[r.Key]
+	if !ok {
+		if j.c.IgnoreExtra || j.nullRows && isNullRow(r.Value) {
+			return nil
 		}
-		st.Missing++
-		if err := fn(Drift{Kind: DriftMissing, Key: k, Expected: expected[k]}); err != nil {
-			return st, err
+		j.st.Extra++
+		return j.fn(Drift{Kind: DriftExtra, Key: r.Key, Actual: r.Value})
+	}
+	j.met++
+	var diffs []FieldDiff
+	switch {
+	case exp != nil:
+		diffs = equal(exp, r.Value, j.c)
+	case j.nullRows && isNullRow(r.Value):
+	case j.nullRows:
+		diffs = []FieldDiff{{Actual: r.Value}}
+	default: // deleted, and the store must not hold the key
+		diffs = []FieldDiff{{Actual: r.Value, Absent: "expected"}}
+	}
+	if diffs == nil {
+		j.st.Matched++
+		return nil
+	}
+	j.st.Mismatched++
+	return j.fn(Drift{Kind: DriftMismatch, Key: r.Key, Expected: exp, Actual: r.Value, Fields: diffs})
+}
+
+// missing reports keys, expected keys (not deleted) no row had, sorted.
+func (j *judge) missing(ctx context.Context, keys []string) error {
+	slices.Sort(keys)
+	for i, k := range keys {
+		if i&1023 == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		j.st.Missing++
+		if err := j.fn(Drift{Kind: DriftMissing, Key: k, Expected: j.expected[k]}); err != nil {
+			return err
 		}
 	}
-	return st, nil
+	return nil
 }
 
 // schemaStore is a store whose rows have typed columns, which it can

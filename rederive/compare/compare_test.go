@@ -365,5 +365,5 @@ func ExampleCompare() {
 	// mismatch bob: expected 7.25, actual 7.5
 	// extra mallory: expected <nil>, actual 1000000
 	// missing carol: expected 3, actual <nil>
-	// {Rows:3 Keys:3 Matched:1 Missing:1 Mismatched:1 Extra:1} <nil>
+	// {Rows:3 Keys:3 Matched:1 Missing:1 Mismatched:1 Extra:1 Summed:0 SumQueries:0 Unchanged:0} <nil>
 }

@@ -119,17 +119,28 @@ func (s *pgStore) close(conn *pgx.Conn) {
 	conn.Close(ctx)
 }
 
-func (s *pgStore) Scan(ctx context.Context, fn func(Row) error) (err error) {
+func (s *pgStore) Scan(ctx context.Context, fn func(Row) error) error {
+	return s.scanQuery(ctx, s.query, nil, fn)
+}
+
+// scanQuery runs sql (the store's query, or one that selects the same
+// columns from it) with args and calls fn with each row, as Scan does.
+func (s *pgStore) scanQuery(ctx context.Context, sql string, args []any, fn func(Row) error) error {
 	conn, err := s.connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer s.close(conn)
+	return s.scanConn(ctx, conn, sql, args, fn)
+}
+
+// scanConn is scanQuery on a connection of the caller's.
+func (s *pgStore) scanConn(ctx context.Context, conn *pgx.Conn, sql string, args []any, fn func(Row) error) (err error) {
 	// Stopping early cancels the query rather than reading the rest of
 	// the result to finish it.
 	qctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	rows, err := conn.Query(qctx, s.query, pgx.QueryResultFormats{pgx.TextFormatCode})
+	rows, err := conn.Query(qctx, sql, append([]any{pgx.QueryResultFormats{pgx.TextFormatCode}}, args...)...)
 	if err != nil {
 		return storeError(ctx, s.name, err)
 	}

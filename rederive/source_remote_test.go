@@ -41,7 +41,7 @@ type remoteTestServer struct {
 	verifier note.Verifier
 }
 
-func newRemoteTestServer(t *testing.T) *remoteTestServer {
+func newRemoteTestServer(t testing.TB) *remoteTestServer {
 	t.Helper()
 	skey, vkey, err := note.GenerateKey(rand.Reader, "rederive-remote-test.example")
 	if err != nil {

@@ -226,3 +226,36 @@ func notFoundTiles(t *testing.T, upstream string) string {
 	t.Cleanup(srv.Close)
 	return srv.URL
 }
+
+// BenchmarkRemoteLogRead reads the 5,000 entries of the test server in
+// fold batches of 1,024, two at a time, proven by the tiles or by two
+// proofs per page (client and server in this process, as in
+// auditd-bench verify).
+func BenchmarkRemoteLogRead(b *testing.B) {
+	s := newRemoteTestServer(b)
+	for _, proofs := range []bool{false, true} {
+		b.Run(map[bool]string{false: "tiles", true: "page-proofs"}[proofs], func(b *testing.B) {
+			for b.Loop() {
+				rl := &rederive.RemoteLedger{Client: client.New(s.url, s.verifier), PageProofs: proofs}
+				pin, _, err := rl.Pin(b.Context(), "payments")
+				if err != nil {
+					b.Fatal(err)
+				}
+				r := rl.Reader("payments", pin)
+				var wg sync.WaitGroup
+				sem := make(chan struct{}, 2)
+				for from := uint64(0); from < remoteTestEntries; from += 1024 {
+					sem <- struct{}{}
+					wg.Go(func() {
+						defer func() { <-sem }()
+						if _, err := readRange(r, from, min(from+1024, remoteTestEntries)); err != nil {
+							b.Error(err)
+						}
+					})
+				}
+				wg.Wait()
+			}
+			b.ReportMetric(float64(remoteTestEntries*b.N)/b.Elapsed().Seconds(), "entries/s")
+		})
+	}
+}

@@ -162,16 +162,67 @@ func (r errReader) Entries(context.Context, uint64, uint64, func(*ledger.Record)
 }
 
 // RemoteLedger reads a remote auditd over HTTP and trusts nothing it did
-// not check: checkpoints are verified with the verifier key, every entry's
-// leaf is recomputed from its fields, and every page of entries read is
-// proven, with the inclusion proof of its first entry, to make a tree whose
-// root is the pinned checkpoint's (through a consistency proof when the
-// page ends short of it).
+// not check: checkpoints are verified with the verifier key, and every
+// entry's leaf is recomputed from its fields and proven part of the pinned
+// checkpoint's tree before the entry is handed out. The proof is the
+// log's tiles (client.Tree): the roots of its 256-entry bundles, fetched
+// once per pin and proven together against the pinned root, which each
+// page's leaves must hash to. Against a server that serves no tiles, or
+// with PageProofs, every page of entries is proven instead, with the
+// inclusion proof of its first entry, to make a tree whose root is the
+// pinned checkpoint's (through a consistency proof when the page ends
+// short of it).
 type RemoteLedger struct {
 	Client *client.Client
 	// PageSize is the entries fetched and proven as one unit (default
 	// 1024, the fold engine's read batch).
 	PageSize uint64
+	// PageProofs proves each page with an inclusion and a consistency
+	// proof, not with the tiles.
+	PageProofs bool
+
+	mu    sync.Mutex
+	trees map[fold.Pin]*remoteTree
+}
+
+// remoteTree is the tiles of one pin, fetched once (done closed after).
+type remoteTree struct {
+	done chan struct{}
+	t    *client.Tree
+	err  error
+}
+
+// tree returns the proven tiles of log at p, fetching them on first use.
+// A failure other than a verification failure or a server without tiles
+// (ErrNotFound) is not kept: the next read tries again.
+func (r *RemoteLedger) tree(ctx context.Context, log string, p fold.Pin) (*client.Tree, error) {
+	key := fold.Pin{Log: log, Size: p.Size, Root: p.Root}
+	r.mu.Lock()
+	if r.trees == nil {
+		r.trees = map[fold.Pin]*remoteTree{}
+	}
+	rt, ok := r.trees[key]
+	if !ok {
+		rt = &remoteTree{done: make(chan struct{})}
+		r.trees[key] = rt
+	}
+	r.mu.Unlock()
+	if ok {
+		select {
+		case <-rt.done:
+			return rt.t, rt.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	rt.t, rt.err = r.Client.Tree(ctx, log, merkle.Checkpoint{Size: p.Size, Root: p.Root})
+	if rt.err != nil && !errors.Is(rt.err, client.ErrVerification) && !errors.Is(rt.err, client.ErrNotFound) {
+		r.mu.Lock()
+		delete(r.trees, key)
+		r.mu.Unlock()
+	}
+	close(rt.done)
+	return rt.t, rt.err
 }
 
 var _ Ledger = (*RemoteLedger)(nil)
@@ -243,6 +294,21 @@ func (l *remoteLog) Entries(ctx context.Context, from, to uint64, fn func(*ledge
 	if size == 0 {
 		size = 1024
 	}
+	fetch := l.page
+	if !l.r.PageProofs && to > from {
+		tree, err := l.r.tree(ctx, l.name, l.pin)
+		switch {
+		case err == nil:
+			fetch = func(ctx context.Context, from, to uint64) ([]ledger.Record, merkle.Hash, error) {
+				recs, err := l.tiledPage(ctx, tree, from, to)
+				return recs, merkle.Hash{}, err
+			}
+		case errors.Is(err, client.ErrNotFound):
+			// A server that serves no tiles: every page is proven alone.
+		default:
+			return fmt.Errorf("rederive: %s: tiles of the checkpoint of size %d: %w", l.name, l.pin.Size, verificationErr(err))
+		}
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type result struct {
@@ -261,7 +327,7 @@ func (l *remoteLog) Entries(ctx context.Context, from, to uint64, fn func(*ledge
 				return
 			}
 			go func(start, end uint64) {
-				recs, _, err := l.page(ctx, start, end)
+				recs, _, err := fetch(ctx, start, end)
 				ch <- result{recs, err}
 			}(start, min(start+size, to))
 		}
@@ -286,6 +352,71 @@ func (l *remoteLog) Entries(ctx context.Context, from, to uint64, fn func(*ledge
 		return fmt.Errorf("rederive: %s: read %d entries, want %d", l.name, next-from, to-from)
 	}
 	return nil
+}
+
+// tiledPage fetches the entries [from, to) (from < to <= the pin's size),
+// recomputes each leaf from the entry's fields, and proves the leaves are
+// the log's [from, to) under the pinned checkpoint with its proven tiles.
+func (l *remoteLog) tiledPage(ctx context.Context, tree *client.Tree, from, to uint64) ([]ledger.Record, error) {
+	entries, err := l.fetchEntries(ctx, from, to)
+	if err != nil {
+		return nil, err
+	}
+	recs, hashes, err := l.decode(entries, from)
+	if err != nil {
+		return nil, err
+	}
+	if err := tree.Check(ctx, from, hashes); err != nil {
+		return nil, verificationErr(err)
+	}
+	return recs, nil
+}
+
+// fetchEntries fetches the entries [from, to), following short pages.
+func (l *remoteLog) fetchEntries(ctx context.Context, from, to uint64) ([]client.Entry, error) {
+	var entries []client.Entry
+	var err error
+	for start := from; start < to && err == nil; {
+		var es []client.Entry
+		es, err = l.r.Client.Entries(ctx, l.name, start, to)
+		if err == nil && len(es) == 0 {
+			// Below the size its signed checkpoint commits to.
+			err = fmt.Errorf("%w: %s: the server served no entry %d of its checkpoint of size %d", ErrVerification, l.name, start, l.pin.Size)
+		}
+		if entries == nil {
+			entries = es
+		} else {
+			entries = append(entries, es...)
+		}
+		start += uint64(len(es))
+	}
+	if err != nil {
+		return nil, verificationErr(err)
+	}
+	if uint64(len(entries)) != to-from {
+		return nil, fmt.Errorf("%w: %s: %d entries served for [%d, %d)", ErrVerification, l.name, len(entries), from, to)
+	}
+	return entries, nil
+}
+
+// decode recomputes the leaves of entries, which must be the log's from
+// from on, and returns them as records with their leaf hashes.
+func (l *remoteLog) decode(entries []client.Entry, from uint64) ([]ledger.Record, []merkle.Hash, error) {
+	recs := make([]ledger.Record, len(entries))
+	hashes := make([]merkle.Hash, len(entries))
+	for i := range entries {
+		e := &entries[i]
+		if want := from + uint64(i); e.Index != want {
+			return nil, nil, fmt.Errorf("%w: %s: entry %d where %d was expected", ErrVerification, l.name, e.Index, want)
+		}
+		leaf, payload, h, err := e.Decode(l.name)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: %s: %v", ErrVerification, l.name, err)
+		}
+		recs[i] = ledger.Record{Index: e.Index, Leaf: *leaf, LeafHash: h, Payload: payload, PayloadPruned: e.PayloadPruned}
+		hashes[i] = h
+	}
+	return recs, hashes, nil
 }
 
 // page fetches the entries [from, to) (from < to <= the pin's size),

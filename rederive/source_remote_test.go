@@ -41,7 +41,7 @@ type remoteTestServer struct {
 	verifier note.Verifier
 }
 
-func newRemoteTestServer(t *testing.T) *remoteTestServer {
+func newRemoteTestServer(t testing.TB) *remoteTestServer {
 	t.Helper()
 	skey, vkey, err := note.GenerateKey(rand.Reader, "rederive-remote-test.example")
 	if err != nil {
@@ -116,6 +116,7 @@ func TestRemoteLogRanges(t *testing.T) {
 	}
 	for _, page := range []uint64{0, 333, 1} {
 		rl, pin := s.ledger(t, s.url, page)
+		rl.PageProofs = page == 333 // both ways of proving pages
 		r := rl.Reader("payments", pin)
 		var wg sync.WaitGroup
 		for _, rg := range ranges {
@@ -231,30 +232,33 @@ func forgeRanges(t *testing.T, index uint64) func(r *http.Request, body []byte) 
 func TestRemoteLogTampered(t *testing.T) {
 	s := newRemoteTestServer(t)
 
-	t.Run("entry rewritten with its leaf", func(t *testing.T) {
-		url := tamperingProxy(t, s.url, forgeRanges(t, 2000))
-		rl, pin := s.ledger(t, url, 0)
-		r := rl.Reader("payments", pin)
-		for _, rg := range [][2]uint64{{1500, 2600}, {2000, 2001}, {1999, 2001}, {1024, 2048}, {2000, 3100}} {
-			got, err := readRange(r, rg[0], rg[1])
-			if !errors.Is(err, rederive.ErrVerification) {
-				t.Errorf("Entries(%d, %d) over a forged entry 2000: %v, want rederive.ErrVerification", rg[0], rg[1], err)
-			}
-			// Nothing of the page that holds 2000 reached fn.
-			for _, rec := range got {
-				if rec.Index >= 2000-(2000-rg[0])%1024 && rec.Index <= 2000 {
-					t.Errorf("Entries(%d, %d): record %d of the forged page handed out", rg[0], rg[1], rec.Index)
-					break
+	for _, proofs := range []bool{false, true} {
+		t.Run(fmt.Sprintf("entry rewritten with its leaf, page proofs %v", proofs), func(t *testing.T) {
+			url := tamperingProxy(t, s.url, forgeRanges(t, 2000))
+			rl, pin := s.ledger(t, url, 0)
+			rl.PageProofs = proofs
+			r := rl.Reader("payments", pin)
+			for _, rg := range [][2]uint64{{1500, 2600}, {2000, 2001}, {1999, 2001}, {1024, 2048}, {2000, 3100}} {
+				got, err := readRange(r, rg[0], rg[1])
+				if !errors.Is(err, rederive.ErrVerification) {
+					t.Errorf("Entries(%d, %d) over a forged entry 2000: %v, want rederive.ErrVerification", rg[0], rg[1], err)
+				}
+				// Nothing of the page that holds 2000 reached fn.
+				for _, rec := range got {
+					if rec.Index >= 2000-(2000-rg[0])%1024 && rec.Index <= 2000 {
+						t.Errorf("Entries(%d, %d): record %d of the forged page handed out", rg[0], rg[1], rec.Index)
+						break
+					}
 				}
 			}
-		}
-		// Ranges without it are proven and read.
-		for _, rg := range [][2]uint64{{0, 1000}, {2001, 2600}, {1500, 1999}, {4000, 5000}} {
-			if got, err := readRange(r, rg[0], rg[1]); err != nil || uint64(len(got)) != rg[1]-rg[0] {
-				t.Errorf("Entries(%d, %d) away from the forged entry: %d records, %v", rg[0], rg[1], len(got), err)
+			// Ranges without it are proven and read.
+			for _, rg := range [][2]uint64{{0, 1000}, {2001, 2600}, {1500, 1999}, {4000, 5000}} {
+				if got, err := readRange(r, rg[0], rg[1]); err != nil || uint64(len(got)) != rg[1]-rg[0] {
+					t.Errorf("Entries(%d, %d) away from the forged entry: %d records, %v", rg[0], rg[1], len(got), err)
+				}
 			}
-		}
-	})
+		})
+	}
 
 	for _, proof := range []string{"inclusion", "consistency"} {
 		t.Run("lying "+proof+" proof", func(t *testing.T) {
@@ -276,6 +280,7 @@ func TestRemoteLogTampered(t *testing.T) {
 				return b
 			})
 			rl, pin := s.ledger(t, url, 0)
+			rl.PageProofs = true // the tiles need no proofs
 			r := rl.Reader("payments", pin)
 			if _, err := readRange(r, 1500, 2600); !errors.Is(err, rederive.ErrVerification) {
 				t.Errorf("Entries(1500, 2600) with a lying %s proof: %v, want rederive.ErrVerification", proof, err)
@@ -307,6 +312,7 @@ func TestRemoteLogTampered(t *testing.T) {
 			return b
 		})
 		rl, pin := s.ledger(t, url, 0)
+		rl.PageProofs = true
 		if _, err := readRange(rl.Reader("payments", pin), 1500, 5000); !errors.Is(err, rederive.ErrVerification) {
 			t.Errorf("Entries(1500, 5000) with a short inclusion proof: %v, want rederive.ErrVerification", err)
 		}

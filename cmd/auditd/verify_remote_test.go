@@ -6,7 +6,9 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -174,7 +176,9 @@ func TestVerifyRemoteBeyondFirstBatch(t *testing.T) {
 
 	t.Run("honest server", func(t *testing.T) {
 		// Through a proxy that changes nothing but counts the requests: a
-		// clean run, every page proven with at most 2 proofs.
+		// clean run, every page proven by the tiles, no proof fetched: the
+		// level-1 tile of the 12 full bundles and the level-0 tile of the
+		// partial last one.
 		var mu sync.Mutex
 		count := map[string]int{}
 		url := tamperProxy(t, d.url, func(r *http.Request, body []byte) []byte {
@@ -192,10 +196,10 @@ func TestVerifyRemoteBeyondFirstBatch(t *testing.T) {
 		if rep.Events != bigPayments || rep.Stats.Matched != 10 || len(rep.Pins) != 1 || rep.Pins[0].Size != bigPayments {
 			t.Errorf("events %d, matched %d, pins %+v", rep.Events, rep.Stats.Matched, rep.Pins)
 		}
-		pages := (bigPayments + 1023) / 1024
 		incl, cons := count["/v1/logs/payments/proof/inclusion"], count["/v1/logs/payments/proof/consistency"]
-		if incl != pages-1 || cons != pages-1 {
-			t.Errorf("%d inclusion and %d consistency proofs fetched for %d pages, want %d each", incl, cons, pages, pages-1)
+		t1, t0 := count["/v1/logs/payments/tile/1/000.p/12"], count["/v1/logs/payments/tile/0/012.p/33"]
+		if incl != 0 || cons != 0 || t1 != 1 || t0 != 1 {
+			t.Errorf("%d inclusion and %d consistency proofs, %d level-1 and %d level-0 tiles fetched; want no proofs, one tile each (%v)", incl, cons, t1, t0, count)
 		}
 	})
 
@@ -214,7 +218,7 @@ func TestVerifyRemoteBeyondFirstBatch(t *testing.T) {
 				forgeEntry(t, e, fmt.Appendf(nil, `{"account":%q,"amount":%d}`, a, amt+1_000_000))
 			})
 		})
-		checkVerificationFailure(t, runVerifyTest(t, d.remoteArgs(url, spec)...), "entries [2048, 3072) as served make a tree of size 3072 that is not a prefix of the signed checkpoint of size 3105")
+		checkVerificationFailure(t, runVerifyTest(t, d.remoteArgs(url, spec)...), "entries [2816, 3072) of payments hash to")
 	})
 
 	t.Run("entries 2999 and 3000 swapped", func(t *testing.T) {
@@ -226,12 +230,12 @@ func TestVerifyRemoteBeyondFirstBatch(t *testing.T) {
 		}
 		perm[2999], perm[3000] = 3000, 2999
 		url := tamperProxy(t, d.url, permutedEntries(t, d.url, perm))
-		checkVerificationFailure(t, runVerifyTest(t, d.remoteArgs(url, spec)...), "entries [2048, 3072) as served make a tree of size 3072 that is not a prefix")
+		checkVerificationFailure(t, runVerifyTest(t, d.remoteArgs(url, spec)...), "entries [2816, 3072) of payments hash to")
 	})
 
 	t.Run("the last page rewritten", func(t *testing.T) {
-		// The page that ends at the checkpoint is checked against its
-		// root directly.
+		// The partial last bundle is checked against its level-0 tile,
+		// proven with the others against the checkpoint's root.
 		url := tamperProxy(t, d.url, func(r *http.Request, body []byte) []byte {
 			if !isPaymentsRange(r) {
 				return nil
@@ -243,18 +247,42 @@ func TestVerifyRemoteBeyondFirstBatch(t *testing.T) {
 				forgeEntry(t, e, []byte(`{"account":"mallory","amount":1}`))
 			})
 		})
-		checkVerificationFailure(t, runVerifyTest(t, d.remoteArgs(url, spec)...), "entries [3072, 3105) as served hash to root")
+		checkVerificationFailure(t, runVerifyTest(t, d.remoteArgs(url, spec)...), "entry 3104 of payments has leaf hash")
 	})
 
 	for _, proof := range []string{"inclusion", "consistency"} {
-		t.Run("lying "+proof+" proofs", func(t *testing.T) {
-			url := tamperProxy(t, d.url, func(r *http.Request, body []byte) []byte {
+		t.Run("lying "+proof+" proofs, no tiles", func(t *testing.T) {
+			// A server that serves no tiles: every page is proven with
+			// proofs, as before there were tiles.
+			url := noTilesProxy(t, tamperProxy(t, d.url, func(r *http.Request, body []byte) []byte {
 				if r.URL.Path != "/v1/logs/payments/proof/"+proof {
 					return nil
 				}
 				return flipAllHashes(t, body)
-			})
+			}))
 			checkVerificationFailure(t, runVerifyTest(t, d.remoteArgs(url, spec)...), "as served")
+		})
+	}
+
+	t.Run("honest server without tiles", func(t *testing.T) {
+		if r := runVerifyTest(t, d.remoteArgs(noTilesProxy(t, d.url), spec)...); r.code != exitClean {
+			t.Fatalf("honest server without tiles: %v", r)
+		}
+	})
+
+	for _, c := range []struct{ name, path, detail string }{
+		{"lying level-1 tile", "/v1/logs/payments/tile/1/000.p/12", "tiles of payments hash to root"},
+		{"lying partial level-0 tile", "/v1/logs/payments/tile/0/012.p/33", "tiles of payments hash to root"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			url := tamperProxy(t, d.url, func(r *http.Request, body []byte) []byte {
+				if r.URL.Path != c.path {
+					return nil
+				}
+				body[len(body)-1] ^= 1
+				return body
+			})
+			checkVerificationFailure(t, runVerifyTest(t, d.remoteArgs(url, spec)...), c.detail)
 		})
 	}
 
@@ -302,4 +330,29 @@ func TestVerifyRemoteBeyondFirstBatch(t *testing.T) {
 		})
 		checkVerificationFailure(t, runVerifyTest(t, d.remoteArgs(url, wspec)...), "root of payments at size 2500")
 	})
+}
+
+// noTilesProxy serves upstream but answers 404 for every tile, as a
+// server from before tiles would.
+func noTilesProxy(t *testing.T, upstream string) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.Path, "/tile/") {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			io.WriteString(w, `{"error":"not found"}`)
+			return
+		}
+		resp, err := http.Get(upstream + r.URL.RequestURI())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
+		w.WriteHeader(resp.StatusCode)
+		io.Copy(w, resp.Body)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
 }

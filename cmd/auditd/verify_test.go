@@ -673,20 +673,20 @@ func TestVerifyLedgerFailures(t *testing.T) {
 				e.PayloadSHA256 = base64.StdEncoding.EncodeToString(leaf.PayloadSHA256[:])
 			})
 		})
-		checkVerificationFailure(t, runVerifyTest(t, d.remoteArgs(url, spec)...), "entries [0, 5) as served hash to root")
+		checkVerificationFailure(t, runVerifyTest(t, d.remoteArgs(url, spec)...), "entry 1 of payments has leaf hash")
 	})
 
 	t.Run("entry dropped", func(t *testing.T) {
 		// p-3 (alice -30) withheld; the list keeps its length by repeating
 		// the last entry.
 		url := tamperProxy(t, d.url, permutedEntries(t, d.url, []int{0, 1, 3, 4, 4}))
-		checkVerificationFailure(t, runVerifyTest(t, d.remoteArgs(url, spec)...), "entries [0, 5) as served hash to root")
+		checkVerificationFailure(t, runVerifyTest(t, d.remoteArgs(url, spec)...), "entry 2 of payments has leaf hash")
 	})
 
 	t.Run("entries reordered", func(t *testing.T) {
 		// The same balances, so only the tree can tell.
 		url := tamperProxy(t, d.url, permutedEntries(t, d.url, []int{0, 2, 1, 3, 4}))
-		checkVerificationFailure(t, runVerifyTest(t, d.remoteArgs(url, spec)...), "entries [0, 5) as served hash to root")
+		checkVerificationFailure(t, runVerifyTest(t, d.remoteArgs(url, spec)...), "entry 1 of payments has leaf hash")
 	})
 
 	t.Run("forged consistency proof at a store watermark", func(t *testing.T) {

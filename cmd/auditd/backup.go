@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -54,6 +55,9 @@ type backupLog struct {
 	CheckpointSize uint64 `json:"checkpoint_size"`
 }
 
+// backupMu runs one backup at a time.
+var backupMu sync.Mutex
+
 // backupEnd is the name of an archive's last entry.
 const backupEnd = "END"
 
@@ -62,6 +66,17 @@ const backupEnd = "END"
 // temporary directory inside the data dir (hard links, no copy, on most
 // file systems) until the archive is written.
 func (d *instance) writeBackup(ctx context.Context, w io.Writer) error {
+	// One backup at a time; a crash during one leaves its temporary
+	// directory (hard links: the space of tables compacted away since),
+	// removed by the next.
+	backupMu.Lock()
+	defer backupMu.Unlock()
+	if old, _ := filepath.Glob(filepath.Join(d.cfg.DataDir, ".backup-*")); len(old) > 0 {
+		for _, o := range old {
+			os.RemoveAll(o)
+		}
+		d.log.Info("backup: removed what an interrupted backup left", "dirs", old)
+	}
 	tmp, err := os.MkdirTemp(d.cfg.DataDir, ".backup-")
 	if err != nil {
 		return fmt.Errorf("backup: %w", err)

@@ -65,7 +65,7 @@ func tokenPost(ctx context.Context, d *daemon, token, log string, body []byte) (
 // the host whose guard has seen later checkpoints (refused, the dir left
 // empty), a truncated and a flipped archive (refused, nothing left).
 func TestBackupRestoreUnderWriteLoad(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute) // the binary's build included
 	defer cancel()
 	bin := buildDaemon(t, ctx)
 	dir := t.TempDir()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -11,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/auditd/auditd/api"
 )
@@ -177,6 +179,18 @@ func (r *reloader) apply(d *instance) (string, error) {
 	return strings.Join(done, "; "), nil
 }
 
+// sameValue compares two values of a configuration key as the file
+// gives them: their exported fields, not what serve fills in at run time
+// (a section's logger, this instance's identity).
+func sameValue(a, b any) bool {
+	ya, erra := yaml.Marshal(a)
+	yb, errb := yaml.Marshal(b)
+	if erra != nil || errb != nil {
+		return reflect.DeepEqual(a, b)
+	}
+	return bytes.Equal(ya, yb)
+}
+
 // configChanges names the top-level keys (their YAML names) whose values
 // differ between a and b.
 func configChanges(a, b Config) []string {
@@ -193,7 +207,7 @@ func configChanges(a, b Config) []string {
 		if !f.IsExported() {
 			continue
 		}
-		if !reflect.DeepEqual(va.Field(i).Interface(), vb.Field(i).Interface()) {
+		if !sameValue(va.Field(i).Interface(), vb.Field(i).Interface()) {
 			name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
 			if name == "" {
 				name = strings.ToLower(f.Name)

@@ -58,7 +58,7 @@ func TestServeConfigErrorExits2(t *testing.T) {
 // configuration kept, and auditd_config_last_reload_successful says so;
 // POST /-/reload without the write token is 401.
 func TestReloadSIGHUPAndEndpoint(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute) // the binary's build included
 	defer cancel()
 	bin := buildDaemon(t, ctx)
 	dir := t.TempDir()

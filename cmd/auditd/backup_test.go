@@ -154,6 +154,12 @@ func TestBackupRestoreUnderWriteLoad(t *testing.T) {
 		t.Errorf("a refused restore left %s: %v", refused, err)
 	}
 
+	// Unless told: restored for an investigation, with a warning.
+	code, _, stderr = runAuditd(t, bin, "restore", "--from", out, "--data-dir", refused, "--checkpoint-guard-dir", guard1, "--allow-behind-guard")
+	if code != 0 || !strings.Contains(stderr, "--allow-behind-guard") || !strings.Contains(stderr, "read-only") {
+		t.Errorf("restore --allow-behind-guard: exit %d, want 0 with a warning\n%s", code, stderr)
+	}
+
 	// Damaged archives are refused whole.
 	raw, err := os.ReadFile(out)
 	if err != nil {

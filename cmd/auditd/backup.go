@@ -273,7 +273,7 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 		return fail(1, "%v", err)
 	}
 	_ = durable.SyncDir(filepath.Dir(*out))
-	fmt.Fprintf(stdout, "wrote %s: %s, %s of %s\n", *out, byteSize(n.Load()), sum.logsLine(), sum.verifier)
+	fmt.Fprintf(stdout, "wrote %s: %s, %s, signed by %s\n", *out, byteSize(n.Load()), sum.logsLine(), sum.verifier)
 	return 0
 }
 

@@ -94,6 +94,9 @@ func TestChecksList(t *testing.T) {
 	if len(out.Checks) != 2 || out.Checks[0].Name != "checkpoints" || out.Checks[1].Name != "scrub" {
 		t.Fatalf("checks before any pass: %+v", out.Checks)
 	}
+	if c := out.Checks[0]; c.Interval != "on-demand" || c.IntervalSeconds != 0 {
+		t.Errorf("on-demand checker's interval: %q (%v s), want \"on-demand\" (0 s)", c.Interval, c.IntervalSeconds)
+	}
 	s := out.Checks[1]
 	if s.State != "idle" || s.LastRun != nil || s.Findings == nil || len(s.Findings) != 0 ||
 		s.Interval != "24h0m0s" || s.IntervalSeconds != 86400 || s.Rate != 50000 {

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -101,9 +102,10 @@ type Server struct {
 	postOK       prometheus.Counter
 	postDuration prometheus.Observer
 	handler      http.Handler
-	writes       chan struct{} // a slot per POST being decoded and appended
-	budget       *byteBudget   // bytes of the bodies being decoded and appended
-	streams      chan struct{} // a place per open event stream
+	writes       chan struct{}             // a slot per POST being decoded and appended
+	budget       *byteBudget               // bytes of the bodies being decoded and appended
+	streams      chan struct{}             // a place per open event stream
+	tokens       atomic.Pointer[tokenPair] // the write and read tokens; SetTokens replaces them (admin.go)
 }
 
 // New returns a server for store. verifierKey is the signed-note verifier
@@ -154,6 +156,7 @@ func New(store *ledger.Store, verifierKey string, opts Options) *Server {
 	s.writes = make(chan struct{}, opts.MaxConcurrentWrites)
 	s.budget = newByteBudget(opts.MaxInflightBytes)
 	s.streams = make(chan struct{}, opts.MaxStreams)
+	s.tokens.Store(&tokenPair{write: opts.WriteToken, read: opts.ReadToken})
 	s.handler = s.routes()
 	return s
 }
@@ -276,19 +279,20 @@ func (s *Server) auth(write bool) func(http.Handler) http.Handler {
 // authorized reports whether r carries the token a write (write true) or a
 // read needs.
 func (s *Server) authorized(r *http.Request, write bool) bool {
+	tok := s.tokens.Load()
 	switch {
-	case write && s.opts.WriteToken == "" && s.opts.ReadToken == "":
+	case write && tok.write == "" && tok.read == "":
 		return true
-	case write && s.opts.WriteToken == "":
+	case write && tok.write == "":
 		// A read token alone protects writes too: a deployment that
 		// guards reads never leaves writes open.
-		return tokenIs(r, s.opts.ReadToken)
+		return tokenIs(r, tok.read)
 	case write:
-		return tokenIs(r, s.opts.WriteToken)
-	case s.opts.ReadToken == "":
+		return tokenIs(r, tok.write)
+	case tok.read == "":
 		return true
 	default:
-		return tokenIs(r, s.opts.ReadToken) || (s.opts.WriteToken != "" && tokenIs(r, s.opts.WriteToken))
+		return tokenIs(r, tok.read) || (tok.write != "" && tokenIs(r, tok.write))
 	}
 }
 
@@ -320,7 +324,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	// With reads protected, the unauthenticated probe learns only ready or
 	// not, and why in one word: no log names, no error text (the log has
 	// them).
-	private := s.opts.ReadToken != ""
+	private := s.tokens.Load().read != ""
 	notReady := func(reason string, detail map[string]any) {
 		out := map[string]any{"status": "not ready", "reason": reason}
 		if private {

@@ -8,8 +8,9 @@ import (
 // Status is a checker's state, served by GET /v1/checks.
 type Status struct {
 	Name string `json:"name"`
-	// IntervalSeconds, JitterSeconds and Rate are the schedule (see
-	// Schedule); an interval of 0 runs only on demand.
+	// Interval, IntervalSeconds, JitterSeconds and Rate are the schedule
+	// (see Schedule); a checker with an interval of 0 runs only on demand
+	// and its Interval reads "on-demand" (IntervalSeconds 0).
 	Interval        string  `json:"interval"`
 	IntervalSeconds float64 `json:"interval_seconds"`
 	JitterSeconds   float64 `json:"jitter_seconds"`
@@ -46,7 +47,7 @@ func (r *Runner) Status() []Status {
 	var out []Status
 	for _, j := range r.all() {
 		j.mu.Lock()
-		st := Status{Name: j.c.Name(), Interval: j.s.Interval.String(), IntervalSeconds: j.s.Interval.Seconds(),
+		st := Status{Name: j.c.Name(), Interval: intervalText(j.s.Interval), IntervalSeconds: j.s.Interval.Seconds(),
 			JitterSeconds: j.s.Jitter.Seconds(), Rate: j.s.Rate, State: "idle",
 			LastSuccessAt: j.rec.LastSuccess, FindingsByKind: j.rec.ByKind,
 			Findings: slices.Clone(j.rec.Findings), LastRunFindings: slices.Clone(j.rec.LastFindings)}
@@ -67,4 +68,13 @@ func (r *Runner) Status() []Status {
 		out = append(out, st)
 	}
 	return out
+}
+
+// intervalText is a schedule's interval as GET /v1/checks shows it:
+// "on-demand" for a checker that runs only when asked (interval 0).
+func intervalText(d time.Duration) string {
+	if d <= 0 {
+		return "on-demand"
+	}
+	return d.String()
 }

@@ -180,6 +180,9 @@ type Config struct {
 	Kafka *ingest.KafkaConfig `yaml:"kafka"`
 	// kafkaInstanceIDSet says the file gave kafka.instance_id, even "".
 	kafkaInstanceIDSet bool
+	// reloadFrom, if set, reads the configuration again as serve was
+	// started (file, flags, environment), for a reload (reload.go).
+	reloadFrom func() (Config, error)
 	// Derivations are derivation spec files (YAML with CEL expressions, see
 	// docs/derivations.md). The daemon folds each derivation over the
 	// ledger on its schedule, compares the result with its derived store,

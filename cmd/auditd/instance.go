@@ -60,7 +60,8 @@ type instance struct {
 	metrics prometheus.Registerer // reg with the auditd_ prefix
 	alerts  *alert.Manager
 	opts    api.Options
-	tls     *tlsconf.Server // the API listener's, nil without TLS (tls.go)
+	tls     *tlsconf.Server          // the API listener's, nil without TLS (tls.go)
+	reload  atomic.Pointer[reloader] // set once the API is built (reload.go)
 }
 
 type stopStep struct {

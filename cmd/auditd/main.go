@@ -22,6 +22,8 @@ Usage:
   auditd fsck    [flags]   check a stopped daemon's ledger offline (scrub, checkpoint audit)
   auditd prune   [flags]   delete a stopped daemon's old payloads, keeping every proof
   auditd repair-index [flags]  rebuild a stopped daemon's index chunks that differ from their entries
+  auditd backup  [flags]   take a consistent backup of a running daemon's ledger (--server URL --out FILE)
+  auditd restore [flags]   restore a backup into an empty data dir and fsck it (--from FILE --data-dir DIR)
   auditd status  [flags]   show a running server's logs, derivations, checks and alerts
   auditd alerts  [flags]   list a running server's alerts, or follow them live
   auditd bench             moved: go run ./cmd/auditd-bench <mode> (load generators, not in this binary)
@@ -56,6 +58,10 @@ func main() {
 		os.Exit(runRepairIndex(args, os.Stdout, os.Stderr))
 	case "prove":
 		os.Exit(runProve(args, os.Stdout, os.Stderr))
+	case "backup":
+		os.Exit(runBackup(args, os.Stdout, os.Stderr))
+	case "restore":
+		os.Exit(runRestore(args, os.Stdout, os.Stderr))
 	case "status":
 		os.Exit(runStatus(args, os.Stdout, os.Stderr))
 	case "alerts":
@@ -82,10 +88,12 @@ type usageError struct{ error }
 
 func (e usageError) Unwrap() error { return e.error }
 
-// exitStatus is 2 for a usage error, 1 for any other.
+// exitStatus is 2 for a usage error or a configuration error (see
+// configError), 1 for any other.
 func exitStatus(err error) int {
 	var ue usageError
-	if errors.As(err, &ue) {
+	var ce configError
+	if errors.As(err, &ue) || errors.As(err, &ce) {
 		return 2
 	}
 	return 1

@@ -16,34 +16,17 @@ import (
 )
 
 func runServe(args []string) error {
-	cfg, err := loadConfig(configPath(args))
+	cfg, err := serveConfig(args) // reload.go
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
-	fset := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fset.String("config", "", "YAML configuration file (flags override it)")
-	bindFlags(fset, &cfg)
-	kf := bindKafkaFlags(fset)
-	fset.Usage = func() {
-		fmt.Fprintf(fset.Output(), "Usage: auditd serve [flags]\n\nRuns the ledger and its HTTP API. With no flags: data in ./auditd-data,\nHTTP on 127.0.0.1:8080, a signing key generated on first start.\n\n")
-		fset.PrintDefaults()
-	}
-	if err := fset.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return usageError{err}
-	}
-	if fset.NArg() > 0 {
-		return usageError{fmt.Errorf("serve takes no arguments (got %q); flags go before any argument", fset.Args())}
-	}
-	kf.apply(fset, &cfg)
-	if err := cfg.validate(); err != nil {
-		return err
-	}
+	cfg.reloadFrom = func() (Config, error) { return serveConfig(args) }
 	logger, err := newLogger(cfg.LogLevel, cfg.LogFormat)
 	if err != nil {
-		return err
+		return asConfigError(err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -79,11 +62,11 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 	// The derivations' specs, certificates next, then bind: a bad spec, a
 	// bad certificate or a port in use leaves no data dir and no key behind.
 	if err := checkDerivationSpecs(cfg.Derivations); err != nil { // derive.go
-		return err
+		return asConfigError(err)
 	}
 	stls, err := serverTLS(cfg, logger) // tls.go
 	if err != nil {
-		return err
+		return asConfigError(err)
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -94,7 +77,7 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 	d := newInstance(ctx, cfg, logger)
 	defer d.shutdown()
 	d.tls = stls
-	stopHUP := onSIGHUP(d.reloadTLS)
+	stopHUP := onSIGHUP(d.reloadOnSignal) // reload.go
 	defer stopHUP()
 	d.onStop("", func() { ln.Close() })
 	if err := d.openLedger(); err != nil {
@@ -125,7 +108,7 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 			d.metrics.MustRegister(c)
 		}
 	}
-	d.serveHTTP(api.WithInstance(srv, self), ln)
+	d.serveHTTP(api.WithInstance(d.withAdmin(srv), self), ln) // reload.go
 	addr := ln.Addr().String()
 	logger.Info("auditd serving", "addr", scheme+"://"+addr, "client_certificates", stls != nil && stls.ClientAuth(), "data_dir", cfg.DataDir,
 		"logs", len(d.store.Logs()), "verifier_key", d.key.vkey, "writes_protected", cfg.WriteToken != "" || cfg.ReadToken != "", "auth", authSummary(cfg))

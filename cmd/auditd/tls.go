@@ -56,19 +56,8 @@ func tlsListener(ln net.Listener, s *tlsconf.Server) (net.Listener, string) {
 	return tls.NewListener(ln, s.Config()), "https"
 }
 
-// reloadTLS loads the API listener's certificate files again (SIGHUP); a
-// pair that does not load is logged and the previous one keeps serving.
-// It does nothing without TLS.
-func (d *instance) reloadTLS() {
-	if d.tls == nil {
-		d.log.Info("SIGHUP: no TLS certificate to reload (tls_cert_file is not set)")
-		return
-	}
-	_ = d.tls.Reload() // logged and counted by Reload
-}
-
-// onSIGHUP calls reload on each SIGHUP until stop is called. Without it a
-// SIGHUP would end serve.
+// onSIGHUP calls reload on each SIGHUP until stop is called (serve's is
+// the configuration reload, reload.go). Without it a SIGHUP would end serve.
 func onSIGHUP(reload func()) (stop func()) {
 	ch := make(chan os.Signal, 1)
 	signal.Notify(ch, syscall.SIGHUP)

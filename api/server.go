@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -101,9 +102,11 @@ type Server struct {
 	postOK       prometheus.Counter
 	postDuration prometheus.Observer
 	handler      http.Handler
-	writes       chan struct{} // a slot per POST being decoded and appended
-	budget       *byteBudget   // bytes of the bodies being decoded and appended
-	streams      chan struct{} // a place per open event stream
+	writes       chan struct{}           // a slot per POST being decoded and appended
+	budget       *byteBudget             // bytes of the bodies being decoded and appended
+	streams      chan struct{}           // a place per open event stream
+	info         atomic.Pointer[Info]    // GET /v1/info (info.go)
+	history      atomic.Pointer[History] // GET /v1/history (history.go)
 }
 
 // New returns a server for store. verifierKey is the signed-note verifier
@@ -211,6 +214,8 @@ func (s *Server) routes() http.Handler {
 	r.Route("/v1", func(r chi.Router) {
 		r.With(s.auth(false)).Get("/verifier", s.getVerifier)
 		r.With(s.auth(false)).Get("/logs", s.listLogs)
+		r.With(s.auth(false)).Get("/info", s.getInfo)       // info.go
+		r.With(s.auth(false)).Get("/history", s.getHistory) // history.go
 		r.With(s.auth(false)).Route("/alerts", s.alertRoutes)
 		r.Route("/derivations", s.derivationRoutes)
 		r.Route("/checks", s.checkRoutes)

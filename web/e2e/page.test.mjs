@@ -74,7 +74,7 @@ try {
   // the log, drifted keys of the derivation.
   for (const sel of [`#charts figure[data-chart="rate"][data-log="${log}"] polyline`, `#charts figure[data-chart="checkpoint-age"][data-log="${log}"] polyline`,
     '#charts figure[data-chart="drift"][data-derivation="balances"] polyline']) {
-    await page.waitForSelector(sel, { timeout: 30000 });
+    await page.waitForSelector(sel, { state: 'attached', timeout: 30000 }); // a flat line has no height: "hidden"
   }
   check(true, 'the charts draw the log\'s entries/s and checkpoint age and the derivation\'s drifted keys');
   await shot(page, 'status-page');

@@ -106,6 +106,8 @@ type Server struct {
 	budget       *byteBudget               // bytes of the bodies being decoded and appended
 	streams      chan struct{}             // a place per open event stream
 	tokens       atomic.Pointer[tokenPair] // the write and read tokens; SetTokens replaces them (admin.go)
+	info         atomic.Pointer[Info]      // GET /v1/info (info.go)
+	history      atomic.Pointer[History]   // GET /v1/history (history.go)
 }
 
 // New returns a server for store. verifierKey is the signed-note verifier
@@ -214,6 +216,8 @@ func (s *Server) routes() http.Handler {
 	r.Route("/v1", func(r chi.Router) {
 		r.With(s.auth(false)).Get("/verifier", s.getVerifier)
 		r.With(s.auth(false)).Get("/logs", s.listLogs)
+		r.With(s.auth(false)).Get("/info", s.getInfo)       // info.go
+		r.With(s.auth(false)).Get("/history", s.getHistory) // history.go
 		r.With(s.auth(false)).Route("/alerts", s.alertRoutes)
 		r.Route("/derivations", s.derivationRoutes)
 		r.Route("/checks", s.checkRoutes)

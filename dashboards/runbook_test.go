@@ -70,12 +70,15 @@ func TestAlertRunbooks(t *testing.T) {
 				}
 			}
 			u := r.Annotations["runbook_url"]
-			file, anchor, ok := strings.Cut(u, "#")
 			if u == "" {
 				continue
 			}
-			if !ok || file != "docs/runbook.md" {
-				t.Errorf("rule %s: runbook_url %q is not docs/runbook.md#<section>", r.Alert, u)
+			// Relative to the repository, or under Prometheus's external
+			// label auditd_runbook_base when it is set.
+			rel, templated := strings.CutPrefix(u, runbookBaseTemplate)
+			file, anchor, ok := strings.Cut(rel, "#")
+			if !templated || !ok || file != "runbook.md" {
+				t.Errorf("rule %s: runbook_url %q is not %srunbook.md#<section>", r.Alert, u, runbookBaseTemplate)
 				continue
 			}
 			if !have[anchor] {
@@ -96,3 +99,7 @@ func TestAlertRunbooks(t *testing.T) {
 		}
 	}
 }
+
+// runbookBaseTemplate starts every rule's runbook_url: the external label
+// auditd_runbook_base when Prometheus has it, docs/ otherwise.
+const runbookBaseTemplate = "{{ with $externalLabels.auditd_runbook_base }}{{ . }}{{ else }}docs/{{ end }}"

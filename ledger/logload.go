@@ -71,6 +71,7 @@ func (l *Log) load() error {
 	}
 	l.w = writer{size: m.size, root: root, rng: rng, tiles: tiles, ids: ids}
 	l.s.metrics.size.WithLabelValues(l.name).Set(float64(m.size))
+	l.s.metrics.initLog(l.name)
 	if m.size >= bigLogEntries {
 		l.s.big.add(l.id)
 	}

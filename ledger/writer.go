@@ -547,6 +547,7 @@ func (l *Log) stage(f *flight) error {
 func (l *Log) markPersisted(size uint64) {
 	l.persisted.Store(true)
 	l.s.metrics.size.WithLabelValues(l.name).Set(float64(size))
+	l.s.metrics.initLog(l.name)
 	l.s.log.Info("log created", "log", l.name)
 }
 

@@ -202,6 +202,9 @@ func checkConfig(path string, extraDerivations []string) (summary string, warnin
 		if _, err := witness.NewVerifier(strings.TrimSpace(w.VerifierKey)); err != nil {
 			add(fmt.Errorf("config: witness.witnesses[%d]: verifier key: %w", i, err))
 		}
+		if err := checkWitnessLogs(i, w); err != nil {
+			add(err)
+		}
 		if _, err := clientTLS(fmt.Sprintf("witness.witnesses[%d]", i), w.TLSCAFile, w.TLSClientCertFile, w.TLSClientKeyFile); err != nil {
 			add(err)
 		}

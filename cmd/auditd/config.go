@@ -163,6 +163,10 @@ type Config struct {
 	// ShutdownTimeout bounds the graceful drain of HTTP requests on
 	// SIGINT/SIGTERM. Default 10s.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// HistoryInterval is how often the daemon samples its logs' sizes and
+	// checkpoints and its derivations' drift for the status page's charts
+	// (GET /v1/history keeps 360 samples: an hour at the default 10s).
+	HistoryInterval time.Duration `yaml:"history_interval"`
 	// DebugListen, if set, serves Go's /debug/pprof profiles on this
 	// address (keep it on loopback). Default off.
 	DebugListen string `yaml:"debug_listen"`
@@ -273,7 +277,7 @@ func defaultConfig() Config {
 		DataDir: "./auditd-data", Listen: "127.0.0.1:8080",
 		CheckpointInterval: 100 * time.Millisecond, MaxBatch: 16384, CacheBytes: 128 << 20,
 		CreateLogs: &t, MaxBodyBytes: 32 << 20, MaxEvents: 100_000, MaxPayloadBytes: 1 << 20,
-		MaxConcurrentWrites: 16, WaitTimeout: 30 * time.Second, BodyTimeout: 30 * time.Second, MaxStreams: 100, MaxLogs: 10_000, MaxMetricLogs: 1000, ShutdownTimeout: 10 * time.Second,
+		MaxConcurrentWrites: 16, WaitTimeout: 30 * time.Second, BodyTimeout: 30 * time.Second, MaxStreams: 100, MaxLogs: 10_000, MaxMetricLogs: 1000, ShutdownTimeout: 10 * time.Second, HistoryInterval: 10 * time.Second,
 		LogLevel: "info", LogFormat: "text",
 		Checks: ChecksConfig{ScrubInterval: 24 * time.Hour, ScrubRate: 20_000, CheckpointAuditInterval: time.Hour,
 			CheckpointAuditRate: 250, Jitter: 15 * time.Minute, Peers: PeersConfig{Interval: time.Minute},

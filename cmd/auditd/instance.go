@@ -54,6 +54,7 @@ type instance struct {
 	// it was asked to.
 	stopping atomic.Bool
 
+	started time.Time // when serve began (GET /v1/info)
 	key     *signingKey
 	store   *ledger.Store
 	reg     *prometheus.Registry
@@ -71,7 +72,7 @@ type stopStep struct {
 
 func newInstance(ctx context.Context, cfg Config, logger *slog.Logger) *instance {
 	g, gctx := errgroup.WithContext(ctx)
-	return &instance{cfg: cfg, log: logger, ctx: gctx, g: g}
+	return &instance{cfg: cfg, log: logger, ctx: gctx, g: g, started: time.Now()}
 }
 
 // onStop adds a step to the shutdown; steps run last added first.

@@ -100,6 +100,7 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 		return err
 	}
 	srv := api.New(d.store, d.key.vkey, d.opts)
+	d.describe(srv, in) // history.go
 	for _, c := range srv.Collectors() {
 		d.metrics.MustRegister(c)
 	}

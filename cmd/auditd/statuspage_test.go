@@ -75,6 +75,7 @@ func TestStatusPageBrowser(t *testing.T) {
 	cfg := defaultConfig()
 	cfg.DataDir, cfg.Listen, cfg.ReadToken = t.TempDir(), "127.0.0.1:0", token
 	cfg.CheckpointInterval = 10 * time.Millisecond
+	cfg.HistoryInterval = 200 * time.Millisecond
 	cfg.Derivations = []string{spec}
 	if err := cfg.validate(); err != nil {
 		t.Fatal(err)
@@ -149,7 +150,7 @@ func TestStatusPageBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the browser test failed (%v); screenshots in %s", err, shots)
 	}
-	for _, n := range []string{"status-page", "status-page-verified", "status-page-tampered", "status-page-alert"} {
+	for _, n := range []string{"status-page", "status-page-verified", "status-page-tampered", "status-page-alert", "status-page-charts", "status-page-drift", "status-page-600px"} {
 		if _, err := os.Stat(filepath.Join(shots, n+".png")); err != nil {
 			t.Errorf("screenshot %s: %v", n, err)
 		}

@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"path"
 	"path/filepath"
 	"strings"
 	"time"
@@ -71,6 +72,9 @@ type WitnessEndpoint struct {
 	TLSCAFile         string `yaml:"tls_ca_file"`
 	TLSClientCertFile string `yaml:"tls_client_cert_file"`
 	TLSClientKeyFile  string `yaml:"tls_client_key_file"`
+	// Logs are the log names or path.Match patterns ("payments.*") whose
+	// checkpoints go to this witness; empty (the default) means every log.
+	Logs []string `yaml:"logs"`
 }
 
 // startWitnessing sets up both witness roles the config asks for, filling
@@ -115,7 +119,10 @@ func startWitnessing(store *ledger.Store, cfg Config, key *signingKey, opts *api
 			return nil, fmt.Errorf("config: witness.witnesses[%d]: its verifier key %s is this auditd's checkpoint signing key: "+
 				"a witness must be independent of the log it cosigns; name a witness that signs with a key of its own", i, strings.TrimSpace(w.VerifierKey))
 		}
-		sw := submit.Witness{URL: w.URL, Verifier: v}
+		if err := checkWitnessLogs(i, w); err != nil {
+			return nil, err
+		}
+		sw := submit.Witness{URL: w.URL, Verifier: v, Logs: w.Logs}
 		tc, err := clientTLS(fmt.Sprintf("witness.witnesses[%d] (%s)", i, redact.URL(w.URL)), w.TLSCAFile, w.TLSClientCertFile, w.TLSClientKeyFile)
 		if err != nil {
 			return nil, err
@@ -288,4 +295,15 @@ func (f *witnessPolicyFlags) options() ([]client.Option, error) {
 		return nil, err
 	}
 	return []client.Option{client.WithWitnessPolicy(p)}, nil
+}
+
+// checkWitnessLogs checks witness i's logs selector: log names or
+// path.Match patterns.
+func checkWitnessLogs(i int, w WitnessEndpoint) error {
+	for _, p := range w.Logs {
+		if _, err := path.Match(p, ""); p == "" || err != nil {
+			return fmt.Errorf("config: witness.witnesses[%d].logs: %q: want a log name or a pattern such as \"payments.*\"", i, p)
+		}
+	}
+	return nil
 }

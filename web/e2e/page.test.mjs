@@ -41,6 +41,9 @@ async function open(base) {
   await p.goto(base + '/');
   // Reads are protected: the page asks for the token, then loads.
   await p.waitForSelector('#token-form:not([hidden])', { timeout: 20000 });
+  // Before the token, the alerts are unknown, not "none firing".
+  await p.waitForSelector('#alerts li[data-unknown="token"]', { timeout: 20000 });
+  check((await p.textContent('#alerts')).trim() === 'unknown: token needed', 'the alerts read "unknown: token needed" before the token is given');
   await p.fill('#token', token);
   await p.click('#token-form button');
   await p.waitForSelector(`#logs tr[data-log="${log}"]`, { timeout: 20000 });
@@ -64,7 +67,18 @@ try {
   check(await page.textContent('#conn') === 'connected', 'the page loads the logs with the read token');
   const derivation = await page.textContent('#derivations tr[data-derivation="balances"]');
   check(derivation.includes('clean'), `the derivation is shown clean (${derivation.trim()})`);
+  // The header names the build, the origin and the uptime (GET /v1/info).
+  await page.waitForFunction(() => /origin \S+ · up \d+s/.test(document.querySelector('#info').textContent), null, { timeout: 20000 });
+  check(true, 'the header shows version, origin and uptime: ' + await page.textContent('#info'));
+  // Charts from the daemon's own history: entries/s and checkpoint age of
+  // the log, drifted keys of the derivation.
+  for (const sel of [`#charts figure[data-chart="rate"][data-log="${log}"] polyline`, `#charts figure[data-chart="checkpoint-age"][data-log="${log}"] polyline`,
+    '#charts figure[data-chart="drift"][data-derivation="balances"] polyline']) {
+    await page.waitForSelector(sel, { state: 'attached', timeout: 30000 }); // a flat line has no height: "hidden"
+  }
+  check(true, 'the charts draw the log\'s entries/s and checkpoint age and the derivation\'s drifted keys');
   await shot(page, 'status-page');
+  await (await page.$('#charts-section')).screenshot({ path: path.join(shots, 'status-page-charts.png') });
 
   // An honest entry verifies, every step passes.
   let r = await verify(page, vkey);
@@ -104,6 +118,27 @@ try {
   check(await page.evaluate(() => window.__noReload === true), 'the drift alert appeared live, without a reload');
   await page.waitForSelector('#derivations tr[data-derivation="balances"] .state-drift', { timeout: 20000 });
   await shot(page, 'status-page-alert');
+
+  // The drift alert links to its evidence: bob's expected (ledger) and
+  // stored values, and the entries behind it, each verifiable here.
+  const ev = await page.getAttribute('#alerts li[data-alert="drift/balances"] a.evidence', 'href');
+  check(ev === '#drift-balances', 'the drift alert links to its evidence: ' + ev);
+  await page.waitForSelector('#drift-balances tr[data-key="bob"] .lineage button.verify-entry', { timeout: 30000 });
+  const row = await page.$eval('#drift-balances tr[data-key="bob"]', (tr) => ({ expected: tr.querySelector('.expected').textContent, stored: tr.querySelector('.actual').textContent }));
+  check(row.expected === '75' && row.stored === '74', `the evidence shows bob expected 75 and stored 74 (${JSON.stringify(row)})`);
+  await page.fill('#vkey', vkey);
+  await page.click('#drift-balances tr[data-key="bob"] .lineage button.verify-entry');
+  await page.waitForSelector('#verdict[data-result]', { timeout: 20000 });
+  const lv = await page.getAttribute('#verdict', 'data-result');
+  check(lv === 'pass', 'a lineage entry of the drifted key verifies in the browser: ' + await page.textContent('#verdict'));
+  await (await page.$('#drift-section')).screenshot({ path: path.join(shots, 'status-page-drift.png') });
+
+  // At 600px nothing runs off the page: wide tables scroll in their box.
+  await page.setViewportSize({ width: 600, height: 1000 });
+  await page.waitForTimeout(300);
+  const sw = await page.evaluate(() => document.documentElement.scrollWidth);
+  check(sw <= 600, `the page holds at 600px (scroll width ${sw})`);
+  await shot(page, 'status-page-600px');
   check(consoleErrors.length === 0, 'no errors in the browser console' + (consoleErrors.length ? ': ' + consoleErrors.join('; ') : ''));
 } catch (e) {
   failed = true;

@@ -25,6 +25,8 @@ async function api(path, { text = false, signal } = {}) {
 function askToken() {
   $('#token-form').hidden = false;
   setConn('token needed', 'bad');
+  // Nothing is known of the alerts until the token is given: never "none firing".
+  if (!state.alertsKnown) $('#alerts').replaceChildren(el('li', { class: 'muted', 'data-unknown': 'token' }, 'unknown: token needed'));
 }
 
 function setConn(text, cls) {
@@ -111,11 +113,112 @@ const checkRow = (c) => el('tr', { 'data-check': c.name }, el('td', {}, c.name),
   el('td', { class: 'state-' + (c.last_run ? c.last_run.result : 'none') }, c.last_run ? c.last_run.result : 'never ran'),
   el('td', {}, ago(c.last_success_at)), el('td', {}, (c.findings || []).length));
 
+function duration(sec) {
+  sec = Math.floor(sec);
+  if (sec < 120) return sec + 's';
+  if (sec < 7200) return Math.floor(sec / 60) + 'm';
+  if (sec < 172800) return Math.floor(sec / 3600) + 'h ' + Math.floor((sec % 3600) / 60) + 'm';
+  return Math.floor(sec / 86400) + 'd ' + Math.floor((sec % 86400) / 3600) + 'h';
+}
+
+async function refreshInfo() {
+  try {
+    const i = await api('/v1/info');
+    $('#info').textContent = `${i.version}${i.dirty ? ' (dirty)' : ''} · origin ${i.origin} · up ${duration(i.uptime_seconds)}`;
+    $('#info').title = `revision ${i.revision}, ${i.go_version}, started ${i.started_at}`;
+  } catch (e) {
+    if (e.status === 404) $('#info').textContent = ''; else throw e;
+  }
+}
+
+// ---- charts: the daemon's own recent history (GET /v1/history) ----
+
+const svgNS = 'http://www.w3.org/2000/svg';
+function svg(tag, attrs) {
+  const e = document.createElementNS(svgNS, tag);
+  for (const [k, val] of Object.entries(attrs)) e.setAttribute(k, val);
+  return e;
+}
+
+// chart draws one small line chart of points [t, y] (t in ms).
+function chart(title, points, unit, attrs) {
+  const w = 260, h = 60;
+  const box = el('figure', Object.assign({ class: 'chart' }, attrs));
+  const max = Math.max(1, ...points.map((p) => p[1]));
+  const t0 = points.length ? points[0][0] : 0, t1 = points.length ? points[points.length - 1][0] : 1;
+  const x = (t) => (t1 > t0 ? ((t - t0) / (t1 - t0)) * (w - 2) + 1 : w - 1);
+  const y = (v) => h - 2 - (v / max) * (h - 6);
+  const s = svg('svg', { viewBox: `0 0 ${w} ${h}`, width: '100%', height: h, role: 'img', 'aria-label': title });
+  s.append(svg('line', { x1: 0, y1: h - 1, x2: w, y2: h - 1, class: 'axis' }));
+  if (points.length > 1) s.append(svg('polyline', { points: points.map((p) => `${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join(' '), class: 'line' }));
+  const last = points.length ? points[points.length - 1][1] : null;
+  box.append(el('figcaption', {}, title + ': ', el('strong', {}, last == null ? '-' : (Math.round(last * 10) / 10) + unit),
+    el('span', { class: 'muted' }, ' (max ' + (Math.round(max * 10) / 10) + unit + ')')), s);
+  return box;
+}
+
+async function refreshCharts() {
+  let hist;
+  try { hist = await api('/v1/history'); } catch (e) { if (e.status === 404) { $('#charts-section').hidden = true; return; } throw e; }
+  const ss = hist.samples || [];
+  $('#charts-note').textContent = ss.length ? `(the last ${duration((Date.parse(ss[ss.length - 1].at) - Date.parse(ss[0].at)) / 1000)}, a sample every ${hist.interval_seconds}s)` : '(no samples yet)';
+  const logs = new Set(), derivs = new Set();
+  for (const smp of ss) { Object.keys(smp.logs || {}).forEach((l) => logs.add(l)); Object.keys(smp.drift_keys || {}).forEach((d) => derivs.add(d)); }
+  const figs = [];
+  for (const l of [...logs].sort()) {
+    const rate = [], age = [];
+    for (let i = 0; i < ss.length; i++) {
+      const cur = ss[i].logs[l];
+      if (!cur) continue;
+      const t = Date.parse(ss[i].at);
+      age.push([t, cur.checkpoint_age_seconds]);
+      const prev = i > 0 && ss[i - 1].logs[l];
+      if (prev) rate.push([t, Math.max(0, (cur.size - prev.size) / ((t - Date.parse(ss[i - 1].at)) / 1000))]);
+    }
+    figs.push(chart(l + ' entries/s', rate, '/s', { 'data-chart': 'rate', 'data-log': l }),
+      chart(l + ' checkpoint age', age, 's', { 'data-chart': 'checkpoint-age', 'data-log': l }));
+  }
+  for (const d of [...derivs].sort()) {
+    figs.push(chart(d + ' drifted keys', ss.filter((x) => x.drift_keys && d in x.drift_keys).map((x) => [Date.parse(x.at), x.drift_keys[d]]), '',
+      { 'data-chart': 'drift', 'data-derivation': d }));
+  }
+  $('#charts').replaceChildren(...figs);
+}
+
+// ---- drift evidence: the latest run's drifted keys and their lineage ----
+
+const show = (v) => (v === undefined ? '(none)' : typeof v === 'string' ? v : JSON.stringify(v));
+
+async function refreshDrift(derivs) {
+  const drifted = derivs.filter((d) => d.last_state === 'drift' || d.confirmed > 0 || d.pending > 0);
+  $('#drift-section').hidden = drifted.length === 0;
+  const blocks = await Promise.all(drifted.map(async (d) => {
+    let rep;
+    try { rep = await api('/v1/derivations/' + encodeURIComponent(d.name) + '/runs/latest'); } catch { return null; }
+    const rows = (rep.drift || []).map((k) => {
+      const lineage = el('ol', { class: 'lineage' }, ...(k.lineage || []).map((ev) => el('li', { 'data-log': ev.log, 'data-index': ev.index },
+        `${ev.log} #${ev.index} (${ev.id}, ${ev.time})${ev.why ? ' — ' + ev.why : ''} `,
+        el('button', { type: 'button', class: 'verify-entry', 'data-log': ev.log, 'data-index': ev.index }, 'Verify'))));
+      return el('tr', { 'data-key': k.key, 'data-status': k.status },
+        el('td', {}, k.key), el('td', {}, k.kind), el('td', { class: 'expected' }, show(k.expected)), el('td', { class: 'actual' }, show(k.actual)),
+        el('td', { class: 'state-' + (k.status === 'confirmed' ? 'drift' : 'pending') }, k.status + (k.runs ? ` (${k.runs} runs)` : '')), el('td', {}, lineage));
+    });
+    return el('div', { id: 'drift-' + d.name, 'data-derivation': d.name },
+      el('h3', {}, `${d.name}: ${rep.confirmed} confirmed, ${rep.pending} pending (run ${ago(rep.started_at)}, ${rep.keys} keys)`),
+      el('div', { class: 'scroll' }, el('table', { class: 'drift' },
+        el('thead', {}, el('tr', {}, ...['key', 'kind', 'expected (ledger)', 'stored', 'status', 'lineage entries'].map((h) => el('th', {}, h)))),
+        el('tbody', {}, ...rows))));
+  }));
+  $('#drift').replaceChildren(...blocks.filter(Boolean));
+}
+
 async function refresh() {
   try {
-    await Promise.all([refreshLogs(),
-      refreshSection('/v1/derivations', 'derivations', '#derivations', derivationRow),
+    let derivs = [];
+    await Promise.all([refreshLogs(), refreshInfo(), refreshCharts(),
+      refreshSection('/v1/derivations', 'derivations', '#derivations', (d) => { derivs.push(d); return derivationRow(d); }),
       refreshSection('/v1/checks', 'checks', '#checks', checkRow)]);
+    await refreshDrift(derivs);
     setConn('connected', 'ok');
     $('#footer').textContent = 'updated ' + new Date().toISOString();
   } catch (e) {
@@ -124,11 +227,13 @@ async function refresh() {
 }
 
 function renderAlerts() {
+  state.alertsKnown = true;
   const list = [...state.alerts.values()].sort((a, b) => (a.state === b.state ? (a.id < b.id ? -1 : 1) : a.state === 'firing' ? -1 : 1));
   const ul = $('#alerts');
   if (list.length === 0) { ul.replaceChildren(el('li', { class: 'muted' }, 'none firing')); return; }
   ul.replaceChildren(...list.map((a) => el('li', { class: a.state, 'data-alert': a.id, 'data-state': a.state },
-    el('strong', {}, a.state.toUpperCase()), ' ', a.id, ' — ', a.summary, ' ', el('span', { class: 'muted' }, '(' + ago(a.starts_at) + ')'))));
+    el('strong', {}, a.state.toUpperCase()), ' ', a.id, ' — ', a.summary, ' ', el('span', { class: 'muted' }, '(' + ago(a.starts_at) + ')'),
+    ...(a.kind === 'drift' && a.subject ? [' ', el('a', { href: '#drift-' + a.subject, class: 'evidence' }, 'evidence')] : []))));
 }
 
 // followAlerts reads the SSE stream with fetch (EventSource cannot send the
@@ -256,6 +361,14 @@ function init() {
     const key = $('#vkey').value;
     if ($('#pin').checked) localStorage.setItem('auditd-verifier-key', key.trim()); else localStorage.removeItem('auditd-verifier-key');
     verifyEntry(key, $('#vlog').value.trim(), $('#vwhich').value);
+  });
+  $('#drift').addEventListener('click', (ev) => {
+    const b = ev.target.closest('button.verify-entry');
+    if (!b) return;
+    $('#vlog').value = b.dataset.log;
+    $('#vwhich').value = '#' + b.dataset.index;
+    $('#verify-section').scrollIntoView();
+    verifyEntry($('#vkey').value, b.dataset.log, '#' + b.dataset.index);
   });
   refresh();
   setInterval(refresh, 3000);

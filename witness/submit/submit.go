@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,6 +40,24 @@ type Witness struct {
 	// Options.HTTP (an https witness with its own CA or client
 	// certificate).
 	HTTP *http.Client
+	// Logs are the log names or path.Match patterns ("payments.*") whose
+	// checkpoints go to this witness; empty means every log. A witness
+	// that knows only some logs would answer the others with errors
+	// forever.
+	Logs []string
+}
+
+// Covers reports whether the witness takes log's checkpoints.
+func (w Witness) Covers(log string) bool {
+	if len(w.Logs) == 0 {
+		return true
+	}
+	for _, p := range w.Logs {
+		if ok, _ := path.Match(p, log); ok || p == log {
+			return true
+		}
+	}
+	return false
 }
 
 // Log is the part of a ledger log the submitter reads. *ledger.Log
@@ -109,6 +128,11 @@ func New(logs Logs, witnesses []Witness, opts Options) (*Submitter, error) {
 			return nil, fmt.Errorf("submit: witness %q listed twice", w.Verifier.Name())
 		}
 		seen[w.Verifier.Name()] = true
+		for _, p := range w.Logs {
+			if _, err := path.Match(p, ""); p == "" || err != nil {
+				return nil, fmt.Errorf("submit: witness %q: logs: %q is not a log name or a path.Match pattern", w.Verifier.Name(), p)
+			}
+		}
 	}
 	if opts.HTTP == nil {
 		opts.HTTP = &http.Client{Timeout: 10 * time.Second, CheckRedirect: redirect.SameOrigin}
@@ -161,9 +185,11 @@ func (s *Submitter) Run(ctx context.Context) {
 			s.mu.Lock()
 			_, started := s.state[l.Name()]
 			if !started {
-				st := make([]*state, len(s.witnesses))
-				for i := range st {
-					st[i] = &state{}
+				st := make([]*state, len(s.witnesses)) // nil: the witness does not take this log
+				for i, w := range s.witnesses {
+					if w.Covers(l.Name()) {
+						st[i] = &state{}
+					}
 				}
 				s.state[l.Name()] = st
 				s.open[l.Name()] = l
@@ -172,7 +198,10 @@ func (s *Submitter) Run(ctx context.Context) {
 			if started {
 				continue
 			}
-			for i := range s.witnesses {
+			for i, w := range s.witnesses {
+				if !w.Covers(l.Name()) {
+					continue
+				}
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
@@ -386,7 +415,7 @@ func (s *Submitter) Cosigned(log string, cp *ledger.SignedCheckpoint) []byte {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, st := range s.state[log] {
-		if st.have && st.cosigned == cp.Size {
+		if st != nil && st.have && st.cosigned == cp.Size {
 			out = append(append([]byte(nil), out...), st.lines...)
 		}
 	}
@@ -405,21 +434,25 @@ type Status struct {
 	LastErrorTime time.Time `json:"last_error_time,omitzero"`
 }
 
-// Status reports each witness's state for log, given the log's latest
-// checkpoint size.
+// Status reports the state of each witness that takes log, given the
+// log's latest checkpoint size.
 func (s *Submitter) Status(log string, size uint64) []Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]Status, len(s.witnesses))
+	out := make([]Status, 0, len(s.witnesses))
 	for i, w := range s.witnesses {
-		out[i] = Status{Witness: w.Verifier.Name(), URL: redact.URL(w.URL), Lag: size}
+		if !w.Covers(log) {
+			continue
+		}
+		ws := Status{Witness: w.Verifier.Name(), URL: redact.URL(w.URL), Lag: size}
 		if st := s.stateOf(log, i); st != nil {
 			if st.have {
 				c := st.cosigned
-				out[i].CosignedSize, out[i].Lag = &c, size-min(c, size)
+				ws.CosignedSize, ws.Lag = &c, size-min(c, size)
 			}
-			out[i].Errors, out[i].LastError, out[i].LastErrorTime = st.errors, st.lastErr, st.lastErrAt
+			ws.Errors, ws.LastError, ws.LastErrorTime = st.errors, st.lastErr, st.lastErrAt
 		}
+		out = append(out, ws)
 	}
 	return out
 }
@@ -450,6 +483,9 @@ func (c *lagCollector) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		for i, st := range s.state[name] {
+			if st == nil {
+				continue // the witness does not take this log
+			}
 			lag := cp.Size
 			if st.have {
 				lag -= min(st.cosigned, cp.Size)

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -310,4 +311,66 @@ func lagOf(t testing.TB, sub *Submitter, log, w string) float64 {
 	}
 	t.Fatalf("no lag metric for %s %s", log, w)
 	return 0
+}
+
+// TestSubmitLogsSelector: a witness configured with logs: gets only those
+// logs' checkpoints; the others neither send it requests (which it would
+// answer with errors forever) nor list it in their status or lag metric.
+func TestSubmitLogsSelector(t *testing.T) {
+	store, key := ledgertest.OpenKey(t, ledgertest.WithLedger(ledger.WithCheckpointInterval(time.Millisecond)))
+	pay, err := store.CreateLog("payments")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ord, err := store.CreateLog("orders.eu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, pay, 3)
+	appendN(t, ord, 4)
+	// Each witness knows one log's origin only.
+	wp := newWitness(t, "wp.example", pay.Origin(), key.Verifier)
+	wo := newWitness(t, "wo.example", ord.Origin(), key.Verifier)
+	ev := newEvents()
+	sub, err := New(storeLogs(store), []Witness{
+		{URL: wp.ts.URL, Verifier: wp.verifier, Logs: []string{"payments"}},
+		{URL: wo.ts.URL, Verifier: wo.verifier, Logs: []string{"orders.*"}},
+	}, ev.options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, sub)
+	ev.wait(t, "both cosignatures", func(c map[string]uint64, _ map[string]int) bool {
+		return c["payments wp.example"] >= 3 && c["orders.eu wo.example"] >= 4
+	})
+	cp := appendN(t, ord, 2)
+	ev.wait(t, "the next orders cosignature", func(c map[string]uint64, _ map[string]int) bool { return c["orders.eu wo.example"] >= cp.Size })
+	ev.mu.Lock()
+	errs := maps.Clone(ev.errs)
+	ev.mu.Unlock()
+	if len(errs) != 0 {
+		t.Errorf("errors %v: a witness got a log it does not take", errs)
+	}
+	for log, want := range map[string]string{"payments": "wp.example", "orders.eu": "wo.example"} {
+		st := sub.Status(log, 1)
+		if len(st) != 1 || st[0].Witness != want {
+			t.Errorf("status of %s lists %+v, want only %s", log, st, want)
+		}
+	}
+	ch := make(chan prometheus.Metric, 16)
+	sub.lag.Collect(ch)
+	close(ch)
+	n := 0
+	for range ch {
+		n++
+	}
+	if n != 2 {
+		t.Errorf("lag series %d, want 2 (one per log and the witness that takes it)", n)
+	}
+
+	for _, bad := range []string{"", "pay[ments"} {
+		if _, err := New(storeLogs(store), []Witness{{URL: wp.ts.URL, Verifier: wp.verifier, Logs: []string{bad}}}, ev.options()); err == nil {
+			t.Errorf("logs %q accepted", bad)
+		}
+	}
 }

@@ -6,16 +6,10 @@ import (
 	"net/http"
 )
 
-// tokenPair is the server's bearer tokens (Options.WriteToken and
-// ReadToken), replaced as a whole by SetTokens.
-type tokenPair struct{ write, read string }
-
-// SetTokens replaces the write and read tokens (see Options.WriteToken and
-// ReadToken) for the requests that arrive from now on; "" turns a token
-// off. A configuration reload calls it.
-func (s *Server) SetTokens(write, read string) {
-	s.tokens.Store(&tokenPair{write: write, read: read})
-}
+// SetTokens replaces the write and read bearer tokens (see Tokens) for the
+// requests that arrive from now on; "" turns a token off. A configuration
+// reload calls it.
+func (s *Server) SetTokens(write, read string) { s.SetAuth(Tokens{Write: write, Read: read}) }
 
 // Admin are the operator's endpoints under /-/, as Prometheus names its
 // own: both need the write token (or, with only a read token set, the read
@@ -47,13 +41,13 @@ func (s *Server) WithAdmin(a Admin) http.Handler {
 			s.ServeHTTP(w, r)
 			return
 		}
-		boundBody(w, r, s.opts.BodyTimeout)
+		boundBody(w, r, s.limits.BodyTimeout)
 		if r.Method != method {
 			w.Header().Set("Allow", method)
 			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not allowed on "+r.URL.Path, nil)
 			return
 		}
-		if !s.authorized(r, true) {
+		if !s.currentAuth().Allow(r, true) {
 			s.unauthorized(w)
 			return
 		}

@@ -30,12 +30,12 @@ func (s *Server) alertRoutes(r chi.Router) {
 }
 
 // alerts returns the alert manager, or writes a 404 if there is none.
-func (s *Server) alerts(w http.ResponseWriter) (*alert.Manager, bool) {
-	if s.opts.Alerts == nil {
+func (s *Server) alerts(w http.ResponseWriter) (Alerts, bool) {
+	if s.parts.Alerts == nil {
 		writeError(w, http.StatusNotFound, "alerts_disabled", "alerts are not enabled on this server", nil)
 		return nil, false
 	}
-	return s.opts.Alerts, true
+	return s.parts.Alerts, true
 }
 
 func (s *Server) listAlerts(w http.ResponseWriter, r *http.Request) {
@@ -86,7 +86,7 @@ func (s *Server) getAlert(w http.ResponseWriter, r *http.Request) {
 
 // streamAlerts serves text/event-stream: every firing alert, then every
 // change, each as "id: <seq>\nevent: alert\ndata: <json>\n\n", with a
-// comment line every Options.StreamKeepalive. It ends when the client goes, the
+// comment line every Limits.StreamKeepalive. It ends when the client goes, the
 // alert manager closes, or this stream falls too far behind (the client's
 // EventSource then reconnects and gets a fresh snapshot).
 func (s *Server) streamAlerts(w http.ResponseWriter, r *http.Request) {
@@ -114,7 +114,7 @@ func (s *Server) streamAlerts(w http.ResponseWriter, r *http.Request) {
 		s.log.Warn("alert stream cannot flush", "err", err)
 		return
 	}
-	keepalive := time.NewTicker(s.opts.StreamKeepalive)
+	keepalive := time.NewTicker(s.limits.StreamKeepalive)
 	defer keepalive.Stop()
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)

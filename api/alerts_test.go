@@ -36,7 +36,7 @@ func newAlertEnv(t testing.TB, opts api.Options) (*testEnv, *alert.Manager) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	opts.Logger, opts.Alerts = quiet, m
+	opts.Logger, opts.Components.Alerts = quiet, m
 	env := &testEnv{t: t, store: store, verifier: verifier, vkey: vkey, server: api.New(store, vkey, opts)}
 	env.http = httptest.NewServer(env.server)
 	t.Cleanup(env.http.Close)
@@ -158,7 +158,7 @@ func TestAlertsDisabled(t *testing.T) {
 
 func TestAlertsAuth(t *testing.T) {
 	t.Parallel()
-	env, _ := newAlertEnv(t, api.Options{ReadToken: "reader", WriteToken: "writer"})
+	env, _ := newAlertEnv(t, api.Options{Auth: api.Tokens{Write: "writer", Read: "reader"}})
 	for _, path := range []string{"/v1/alerts", "/v1/alerts/drift/x", "/v1/alerts/stream"} {
 		if r := env.do(http.MethodGet, path, nil); r.status != http.StatusUnauthorized {
 			t.Errorf("GET %s without a token: %v", path, r)
@@ -314,7 +314,7 @@ func TestAlertStream(t *testing.T) {
 // StreamKeepalive, again and again.
 func TestAlertStreamKeepalive(t *testing.T) {
 	t.Parallel()
-	env, _ := newAlertEnv(t, api.Options{StreamKeepalive: 20 * time.Millisecond})
+	env, _ := newAlertEnv(t, api.Options{Limits: api.Limits{StreamKeepalive: 20 * time.Millisecond}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	res, stream := openStream(t, env, ctx)

@@ -104,7 +104,7 @@ func orderLeafHashes(t testing.TB, log string) ([3]merkle.Hash, string) {
 
 func TestPostNDJSON(t *testing.T) {
 	t.Parallel()
-	env := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true}})
+	env := newTestEnv(t, envConfig{opts: api.Options{Limits: api.Limits{CreateLogs: true}}})
 	h, derived := orderLeafHashes(t, "orders")
 	body := ndjson(orderEvents...)
 
@@ -175,7 +175,7 @@ func TestPostNDJSON(t *testing.T) {
 }
 
 func TestPostJSONArray(t *testing.T) {
-	env := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true}})
+	env := newTestEnv(t, envConfig{opts: api.Options{Limits: api.Limits{CreateLogs: true}}})
 	h, derived := orderLeafHashes(t, "orders")
 	body := "  \n[\n  " + strings.Join(orderEvents, ",\n  ") + "\n]\n"
 	_, r := env.post("orders", "", body)
@@ -224,7 +224,7 @@ func TestPostJSONArray(t *testing.T) {
 
 func TestPostWaitCheckpoint(t *testing.T) {
 	t.Parallel()
-	env := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true}})
+	env := newTestEnv(t, envConfig{opts: api.Options{Limits: api.Limits{CreateLogs: true}}})
 	var leaves []merkle.Hash
 	var cps []merkle.Checkpoint
 	for round, n := range []int{1, 3, 6} {
@@ -302,7 +302,7 @@ func seed(t testing.TB, env *testEnv, log string, n int) ([]merkle.Hash, merkle.
 
 func TestListAndGetLogs(t *testing.T) {
 	t.Parallel()
-	env := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true}, logs: []string{"empty"}})
+	env := newTestEnv(t, envConfig{opts: api.Options{Limits: api.Limits{CreateLogs: true}}, logs: []string{"empty"}})
 	hs, cp := seed(t, env, "b.log", 5)
 	if cp.Size != 5 {
 		t.Fatalf("checkpoint size %d", cp.Size)
@@ -361,7 +361,7 @@ func TestListAndGetLogs(t *testing.T) {
 
 func TestCheckpointText(t *testing.T) {
 	t.Parallel()
-	env := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true}})
+	env := newTestEnv(t, envConfig{opts: api.Options{Limits: api.Limits{CreateLogs: true}}})
 	hs, _ := seed(t, env, "payments.0", 3)
 	r := env.get("/v1/logs/payments.0/checkpoint", http.StatusOK)
 	if ct := r.header.Get("Content-Type"); ct != "text/plain; charset=utf-8" {
@@ -398,7 +398,7 @@ func TestCheckpointText(t *testing.T) {
 
 func TestPayloadBytesKept(t *testing.T) {
 	t.Parallel()
-	env := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true}})
+	env := newTestEnv(t, envConfig{opts: api.Options{Limits: api.Limits{CreateLogs: true}}})
 	// <, > and & would be rewritten by HTML escaping, as would U+2028 and
 	// U+2029; escapes the producer wrote stay as written.
 	payload := `{"html":"<b>Tom & Jerry</b>","js":"a` + "\u2028" + `b` + "\u2029" + `c","esc":"\u003c\u0026","n":1.50,"e":1e3,"uni":"é"}`
@@ -457,7 +457,7 @@ func TestPayloadBytesKept(t *testing.T) {
 
 func TestInclusionProofs(t *testing.T) {
 	t.Parallel()
-	env := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true}})
+	env := newTestEnv(t, envConfig{opts: api.Options{Limits: api.Limits{CreateLogs: true}}})
 	const n = 7
 	hs, cp := seed(t, env, "inc", n)
 	if cp.Size != n {
@@ -514,7 +514,7 @@ func TestInclusionProofs(t *testing.T) {
 
 func TestConsistencyProofs(t *testing.T) {
 	t.Parallel()
-	env := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true}})
+	env := newTestEnv(t, envConfig{opts: api.Options{Limits: api.Limits{CreateLogs: true}}})
 	const n = 9
 	hs, _ := seed(t, env, "con", n)
 	ref := newTlogTree(t, hs)
@@ -578,7 +578,7 @@ func (tr *tileReader) SaveTiles([]tlog.Tile, [][]byte) {}
 
 func TestTiles(t *testing.T) {
 	t.Parallel()
-	env := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true}})
+	env := newTestEnv(t, envConfig{opts: api.Options{Limits: api.Limits{CreateLogs: true}}})
 	hs, _ := seed(t, env, "tiles", 5)
 	concat := func(hs []merkle.Hash) []byte {
 		var b []byte
@@ -591,12 +591,16 @@ func TestTiles(t *testing.T) {
 	if ct := r.header.Get("Content-Type"); ct != "application/octet-stream" {
 		t.Errorf("tile Content-Type %q", ct)
 	}
-	if cc := r.header.Get("Cache-Control"); strings.Contains(cc, "immutable") {
-		t.Errorf("partial tile is cacheable forever: %q", cc)
+	// A partial tile of width W never changes (the tree only grows), so
+	// it is as immutable as a full one: checked below, once the tree has
+	// grown past it.
+	if cc := r.header.Get("Cache-Control"); cc != "public, max-age=31536000, immutable" {
+		t.Errorf("partial tile Cache-Control %q", cc)
 	}
 	if len(r.body) != 5*32 || !bytes.Equal(r.body, concat(hs)) {
 		t.Errorf("tile/0/000.p/5: %d bytes, want the 5 leaf hashes", len(r.body))
 	}
+	partial5 := r
 	r = env.get("/v1/logs/tiles/tile/0/000.p/3", http.StatusOK)
 	if !bytes.Equal(r.body, concat(hs[:3])) {
 		t.Errorf("tile/0/000.p/3: not the first 3 leaf hashes")
@@ -621,6 +625,10 @@ func TestTiles(t *testing.T) {
 	}
 	if cc := r.header.Get("Cache-Control"); cc != "public, max-age=31536000, immutable" {
 		t.Errorf("full tile Cache-Control %q", cc)
+	}
+	if r := env.get("/v1/logs/tiles/tile/0/000.p/5", http.StatusOK); !bytes.Equal(r.body, partial5.body) ||
+		r.header.Get("ETag") != partial5.header.Get("ETag") || r.header.Get("ETag") == "" {
+		t.Errorf("tile/0/000.p/5 changed as the tree grew past it: ETag %q, was %q", r.header.Get("ETag"), partial5.header.Get("ETag"))
 	}
 	r = env.get("/v1/logs/tiles/tile/0/001.p/44", http.StatusOK)
 	if !bytes.Equal(r.body, concat(hs[256:300])) {
@@ -676,7 +684,7 @@ func TestVerifierHealthReady(t *testing.T) {
 
 func TestMetrics(t *testing.T) {
 	t.Parallel()
-	env := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true}, metrics: true})
+	env := newTestEnv(t, envConfig{opts: api.Options{Limits: api.Limits{CreateLogs: true}}, metrics: true})
 	seed(t, env, "m", 3)
 	env.post("m", "", `{"id":"e0","time":"2024-01-01T00:00:00.5Z","payload":{"i":0}}`) // a duplicate
 	env.get("/v1/logs/m/entries/99", http.StatusBadRequest)
@@ -708,7 +716,7 @@ func TestMetrics(t *testing.T) {
 func TestAuth(t *testing.T) {
 	t.Parallel()
 	t.Run("write token", func(t *testing.T) {
-		env := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true, WriteToken: "w-secret"}})
+		env := newTestEnv(t, envConfig{opts: api.Options{Limits: api.Limits{CreateLogs: true}, Auth: api.Tokens{Write: "w-secret"}}})
 		env.token = "w-secret"
 		seed(t, env, "x", 2)
 		// Reads are public.
@@ -721,7 +729,7 @@ func TestAuth(t *testing.T) {
 		}
 	})
 	t.Run("read token", func(t *testing.T) {
-		env := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true, WriteToken: "w-secret", ReadToken: "r-secret"}})
+		env := newTestEnv(t, envConfig{opts: api.Options{Limits: api.Limits{CreateLogs: true}, Auth: api.Tokens{Write: "w-secret", Read: "r-secret"}}})
 		env.token = "w-secret"
 		seed(t, env, "x", 2)
 		for _, p := range []string{"/v1/logs", "/v1/logs/x", "/v1/logs/x/entries/0", "/v1/logs/x/checkpoint", "/v1/verifier"} {
@@ -763,15 +771,15 @@ func TestBadRequests(t *testing.T) {
 	const maxBody = 2048
 	envs := map[string]*testEnv{
 		// CreateLogs, a small body limit.
-		"open": newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true, MaxBodyBytes: maxBody}, logs: []string{"empty"}}),
+		"open": newTestEnv(t, envConfig{opts: api.Options{Limits: api.Limits{CreateLogs: true, MaxBodyBytes: maxBody}}, logs: []string{"empty"}}),
 		// Few events and small payloads.
-		"small": newTestEnv(t, envConfig{opts: api.Options{MaxEvents: 5, MaxPayloadBytes: 256}, logs: []string{"orders"}}),
+		"small": newTestEnv(t, envConfig{opts: api.Options{Limits: api.Limits{MaxEvents: 5, MaxPayloadBytes: 256}}, logs: []string{"orders"}}),
 		// Logs must exist before a POST.
 		"closed": newTestEnv(t, envConfig{logs: []string{"orders"}}),
 		// Writes need a token.
-		"write": newTestEnv(t, envConfig{opts: api.Options{WriteToken: "w-secret"}, logs: []string{"orders"}}),
+		"write": newTestEnv(t, envConfig{opts: api.Options{Auth: api.Tokens{Write: "w-secret"}}, logs: []string{"orders"}}),
 		// Reads need a token too.
-		"read": newTestEnv(t, envConfig{opts: api.Options{WriteToken: "w-secret", ReadToken: "r-secret"}, logs: []string{"orders"}}),
+		"read": newTestEnv(t, envConfig{opts: api.Options{Auth: api.Tokens{Write: "w-secret", Read: "r-secret"}}, logs: []string{"orders"}}),
 	}
 	envs["write"].token = "w-secret"
 	envs["read"].token = "r-secret"
@@ -998,7 +1006,7 @@ func TestBadRequests(t *testing.T) {
 func TestPostWaitCheckpointTimeout(t *testing.T) {
 	t.Parallel()
 	// The first append is signed at once; later ones wait an hour.
-	env := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true, WaitTimeout: 50 * time.Millisecond}, cpInterval: time.Hour})
+	env := newTestEnv(t, envConfig{opts: api.Options{Limits: api.Limits{CreateLogs: true, WaitTimeout: 50 * time.Millisecond}}, cpInterval: time.Hour})
 	// The first entry is posted without waiting, then waited for on the
 	// ledger itself: its checkpoint may take longer than the 50ms the
 	// server waits on a loaded machine.
@@ -1042,7 +1050,7 @@ func TestPostWaitCheckpointTimeout(t *testing.T) {
 // verify against the checkpoint they were given.
 func TestConcurrentPosts(t *testing.T) {
 	t.Parallel()
-	env := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true}})
+	env := newTestEnv(t, envConfig{opts: api.Options{Limits: api.Limits{CreateLogs: true}}})
 	const producers, batches, perBatch = 8, 5, 7
 	type result struct {
 		res appendResult

@@ -34,11 +34,12 @@ func splitBundle(t testing.TB, b []byte) [][]byte {
 
 // TestEntryBundles serves tile/entries/<N>[.p/<W>] past a 256-entry
 // boundary: each bundle entry is the exact leaf, hashing to the leaf hash
-// the append returned and the level-0 tile holds; full bundles are
-// immutable, partial ones revalidated; a bundle beyond the tree is 404.
+// the append returned and the level-0 tile holds; full and partial bundles
+// are immutable (a partial bundle of width W never changes); a bundle
+// beyond the tree is 404 and not cached.
 func TestEntryBundles(t *testing.T) {
 	t.Parallel()
-	env := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true}})
+	env := newTestEnv(t, envConfig{opts: api.Options{Limits: api.Limits{CreateLogs: true}}})
 	var lines []string
 	for i := range 300 {
 		lines = append(lines, fmt.Sprintf(`{"id":"e%d","key":"k%d","payload":{"i":%d}}`, i, i, i))
@@ -55,8 +56,8 @@ func TestEntryBundles(t *testing.T) {
 		recomputed bool
 	}{
 		{"000", 0, 256, "public, max-age=31536000, immutable", "0/000", true},
-		{"001.p/44", 256, 44, "no-cache", "0/001.p/44", true},
-		{"001.p/3", 256, 3, "no-cache", "0/001.p/3", false},
+		{"001.p/44", 256, 44, "public, max-age=31536000, immutable", "0/001.p/44", true},
+		{"001.p/3", 256, 3, "public, max-age=31536000, immutable", "0/001.p/3", false},
 	} {
 		r := env.get("/v1/logs/b/tile/entries/"+c.path, http.StatusOK)
 		if ct := r.header.Get("Content-Type"); ct != "application/octet-stream" {
@@ -82,7 +83,8 @@ func TestEntryBundles(t *testing.T) {
 		}
 	}
 	for _, p := range []string{"001", "001.p/45", "002.p/1", "x001/000"} {
-		if r := env.get("/v1/logs/b/tile/entries/"+p, http.StatusNotFound); !strings.Contains(string(r.body), "beyond the tree") {
+		if r := env.get("/v1/logs/b/tile/entries/"+p, http.StatusNotFound); !strings.Contains(string(r.body), "beyond the tree") ||
+			r.header.Get("Cache-Control") != "no-store" {
 			t.Errorf("entries/%s: %v", p, r)
 		}
 	}
@@ -92,22 +94,25 @@ func TestEntryBundles(t *testing.T) {
 // hash tiles, entry bundles) with the GET's status and headers and no body.
 func TestStaticHEAD(t *testing.T) {
 	t.Parallel()
-	env := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true}})
+	env := newTestEnv(t, envConfig{opts: api.Options{Limits: api.Limits{CreateLogs: true}}})
 	seed(t, env, "h", 5)
 	for _, p := range []string{"checkpoint", "tile/0/000.p/5", "tile/entries/000.p/5"} {
-		get := env.get("/v1/logs/h/"+p, http.StatusOK)
-		head := env.do(http.MethodHead, "/v1/logs/h/"+p, nil)
-		if head.status != http.StatusOK || len(head.body) != 0 {
-			t.Errorf("HEAD %s: %v", p, head)
-			continue
-		}
-		for _, h := range []string{"Content-Type", "Cache-Control", "Content-Length"} {
-			if head.header.Get(h) != get.header.Get(h) {
-				t.Errorf("HEAD %s: %s %q, GET has %q", p, h, head.header.Get(h), get.header.Get(h))
+		// With Accept-Encoding set, the client leaves the answer as sent.
+		for _, ae := range []string{"identity", "gzip"} {
+			get := env.do(http.MethodGet, "/v1/logs/h/"+p, nil, "Accept-Encoding: "+ae)
+			head := env.do(http.MethodHead, "/v1/logs/h/"+p, nil, "Accept-Encoding: "+ae)
+			if get.status != http.StatusOK || head.status != http.StatusOK || len(head.body) != 0 {
+				t.Errorf("HEAD %s (%s): %v", p, ae, head)
+				continue
 			}
-		}
-		if cl := head.header.Get("Content-Length"); cl != strconv.Itoa(len(get.body)) {
-			t.Errorf("HEAD %s: Content-Length %q, GET body of %d bytes", p, cl, len(get.body))
+			for _, h := range []string{"Content-Type", "Cache-Control", "Content-Length", "Content-Encoding", "ETag", "Vary"} {
+				if head.header.Get(h) != get.header.Get(h) {
+					t.Errorf("HEAD %s (%s): %s %q, GET has %q", p, ae, h, head.header.Get(h), get.header.Get(h))
+				}
+			}
+			if cl := head.header.Get("Content-Length"); cl != strconv.Itoa(len(get.body)) {
+				t.Errorf("HEAD %s (%s): Content-Length %q, GET body of %d bytes", p, ae, cl, len(get.body))
+			}
 		}
 	}
 	if r := env.do(http.MethodHead, "/v1/logs/h/tile/entries/001", nil); r.status != http.StatusNotFound {
@@ -119,7 +124,7 @@ func TestStaticHEAD(t *testing.T) {
 // could not carry (over 65,535 bytes) with a 400, and serves one just under.
 func TestLeafBound(t *testing.T) {
 	t.Parallel()
-	env := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true}})
+	env := newTestEnv(t, envConfig{opts: api.Options{Limits: api.Limits{CreateLogs: true}}})
 	// The leaf of this event: 1 + (1+1) + (2+1) + 1 + (2+key) + 8 + 32.
 	const overhead = 1 + 2 + 3 + 1 + 2 + 8 + 32
 	fits := strings.Repeat("k", merkle.MaxLeafSize-overhead)

@@ -34,11 +34,11 @@ func (s *Server) checkRoutes(r chi.Router) {
 }
 
 func (s *Server) checks(w http.ResponseWriter) (Checks, bool) {
-	if s.opts.Checks == nil {
+	if s.parts.Checks == nil {
 		writeError(w, http.StatusNotFound, "checks_disabled", "self-audit checks are not enabled on this server", nil)
 		return nil, false
 	}
-	return s.opts.Checks, true
+	return s.parts.Checks, true
 }
 
 func (s *Server) listChecks(w http.ResponseWriter, r *http.Request) {

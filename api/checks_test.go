@@ -76,7 +76,7 @@ func newChecksEnv(t *testing.T, opts api.Options) (*testEnv, *checkers.Runner, c
 	if err := r.Register(&hookChecker{name: "checkpoints", run: func(context.Context, checkers.Progress) error { return nil }}, checkers.Schedule{}); err != nil {
 		t.Fatal(err)
 	}
-	opts.Checks, opts.Logger = r, slog.New(slog.DiscardHandler)
+	opts.Components.Checks, opts.Logger = r, slog.New(slog.DiscardHandler)
 	env.server = api.New(env.store, env.vkey, opts)
 	env.http.Close() // newTestEnv's, serving a server without checks
 	env.http = httptest.NewServer(env.server)
@@ -132,7 +132,7 @@ func TestChecksList(t *testing.T) {
 
 func TestChecksRun(t *testing.T) {
 	t.Parallel()
-	env, r, ran := newChecksEnv(t, api.Options{WriteToken: "w", ReadToken: "r"})
+	env, r, ran := newChecksEnv(t, api.Options{Auth: api.Tokens{Write: "w", Read: "r"}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); r.Run(ctx) }()

@@ -13,11 +13,11 @@ import (
 // the Kafka source does with its violations. One alert per log: later
 // conflicts update it with the latest evidence.
 func (s *Server) raiseConflict(c *ledger.ConflictError) {
-	if s.opts.Alerts == nil || c.EarlierItem >= 0 {
+	if s.parts.Alerts == nil || c.EarlierItem >= 0 {
 		return // a conflict inside one request is the caller's mistake
 	}
 	details, _ := json.Marshal(map[string]any{"id": c.ID, "index": c.Index, "item": c.Item, "source": "http"})
-	_, err := s.opts.Alerts.Fire(alert.Alert{
+	_, err := s.parts.Alerts.Fire(alert.Alert{
 		ID: "integrity/" + c.Log + "/id_conflict", Kind: alert.KindIntegrity, Subject: c.Log,
 		Labels:  map[string]string{"log": c.Log, "violation": "id_conflict"},
 		Summary: fmt.Sprintf("log %s: a POST reused id %s, held at index %d, with different content", c.Log, echo(c.ID), c.Index),

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// defaultBodyTimeout is Options.BodyTimeout's default.
+// defaultBodyTimeout is Limits.BodyTimeout's default.
 const defaultBodyTimeout = 30 * time.Second
 
 // BodyDeadline bounds the time the body of every request next serves may
@@ -27,7 +27,7 @@ const defaultBodyTimeout = 30 * time.Second
 // their write slot is granted). A request is bounded once: a second
 // BodyDeadline on its way changes nothing.
 //
-// Server.ServeHTTP applies it with Options.BodyTimeout; wrap the other
+// Server.ServeHTTP applies it with Limits.BodyTimeout; wrap the other
 // handlers a listener serves (the status page, the debug listener).
 func BodyDeadline(next http.Handler, timeout time.Duration) http.Handler {
 	if timeout <= 0 {

@@ -29,11 +29,11 @@ func (s *Server) derivationRoutes(r chi.Router) {
 }
 
 func (s *Server) derivations(w http.ResponseWriter) (Derivations, bool) {
-	if s.opts.Derivations == nil {
+	if s.parts.Derivations == nil {
 		writeError(w, http.StatusNotFound, "no_derivations", "this auditd checks no derivations (configure derivations: spec files)", nil)
 		return nil, false
 	}
-	return s.opts.Derivations, true
+	return s.parts.Derivations, true
 }
 
 func (s *Server) listDerivations(w http.ResponseWriter, r *http.Request) {

@@ -15,7 +15,7 @@ import (
 // has neither; every entry is seen once, in order.
 func TestEntriesPaging(t *testing.T) {
 	t.Parallel()
-	e := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true, MaxEvents: 5000}})
+	e := newTestEnv(t, envConfig{opts: api.Options{Limits: api.Limits{CreateLogs: true, MaxEvents: 5000}}})
 	const n = 10_500
 	for b := 0; b < n; b += 3500 {
 		var body strings.Builder

@@ -37,7 +37,7 @@ func ExampleNew() {
 		return
 	}
 	defer store.Close()
-	srv := httptest.NewServer(api.New(store, exampleVerifierKey, api.Options{CreateLogs: true, Logger: quiet}))
+	srv := httptest.NewServer(api.New(store, exampleVerifierKey, api.Options{Limits: api.Limits{CreateLogs: true}, Logger: quiet}))
 	defer srv.Close()
 
 	body := `{"id":"order-1","time":"2024-05-01T10:00:00Z","payload":{"total": 42}}` + "\n" +

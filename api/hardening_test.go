@@ -23,7 +23,7 @@ import (
 // token (the only credential there is) the entry is appended.
 func TestReadTokenAloneProtectsWrites(t *testing.T) {
 	t.Parallel()
-	e := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true, ReadToken: "r3ad"}})
+	e := newTestEnv(t, envConfig{opts: api.Options{Limits: api.Limits{CreateLogs: true}, Auth: api.Tokens{Read: "r3ad"}}})
 	for _, path := range []string{"/v1/logs/l/entries", "/v1/derivations/d/run"} {
 		r := e.do(http.MethodPost, path, strings.NewReader(`{"id":"a","payload":1}`))
 		if r.status != http.StatusUnauthorized {
@@ -39,7 +39,7 @@ func TestReadTokenAloneProtectsWrites(t *testing.T) {
 		t.Fatalf("POST with the read token: got %v, want 200", r)
 	}
 	// With both tokens, the read token does not write.
-	e2 := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true, ReadToken: "r3ad", WriteToken: "wr1te"}})
+	e2 := newTestEnv(t, envConfig{opts: api.Options{Limits: api.Limits{CreateLogs: true}, Auth: api.Tokens{Write: "wr1te", Read: "r3ad"}}})
 	if r := e2.do(http.MethodPost, "/v1/logs/l/entries", strings.NewReader(`{"id":"a","payload":1}`), "Authorization: Bearer r3ad"); r.status != http.StatusUnauthorized {
 		t.Errorf("POST with the read token when a write token is set: got %v, want 401", r)
 	}
@@ -49,7 +49,7 @@ func TestReadTokenAloneProtectsWrites(t *testing.T) {
 // (400 with the line) instead of colliding on U+FFFD; an empty id is 400.
 func TestPostRefusesInvalidUTF8IDs(t *testing.T) {
 	t.Parallel()
-	e := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true}})
+	e := newTestEnv(t, envConfig{opts: api.Options{Limits: api.Limits{CreateLogs: true}}})
 	e.post("l", "", `{"id":"x","payload":1}`)
 	for _, body := range []string{
 		`{"id":"y","payload":1}` + "\n" + `{"id":"bad` + "\xff\xfe" + `id","payload":1}`,
@@ -84,7 +84,7 @@ func slowPost(t *testing.T, addr, log string, n int) net.Conn {
 // not stop writes: past the body timeout they get 408 and free the slots.
 func TestSlowBodiesReleaseWriteSlots(t *testing.T) {
 	const timeout = 300 * time.Millisecond
-	e := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true, MaxConcurrentWrites: 2, BodyTimeout: timeout}, metrics: true})
+	e := newTestEnv(t, envConfig{opts: api.Options{Limits: api.Limits{CreateLogs: true, MaxConcurrentWrites: 2, BodyTimeout: timeout}}, metrics: true})
 	addr := strings.TrimPrefix(e.http.URL, "http://")
 	if got := e.gauge("auditd_http_write_slots"); got != 2 {
 		t.Fatalf("auditd_http_write_slots %v, want 2", got)
@@ -121,7 +121,7 @@ func TestSlowBodiesReleaseWriteSlots(t *testing.T) {
 // second request on the same keep-alive connection is served.
 func TestBodyTimeoutEndsWithTheBody(t *testing.T) {
 	t.Parallel()
-	e := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true, BodyTimeout: 200 * time.Millisecond}, cpInterval: 600 * time.Millisecond})
+	e := newTestEnv(t, envConfig{opts: api.Options{Limits: api.Limits{CreateLogs: true, BodyTimeout: 200 * time.Millisecond}}, cpInterval: 600 * time.Millisecond})
 	e.post("l", "", `{"id":"a","payload":1}`) // the next checkpoint is ~600ms away
 	time.Sleep(300 * time.Millisecond)
 	for _, id := range []string{"b", "c"} {
@@ -139,7 +139,7 @@ func TestBodiesShareAByteBudget(t *testing.T) {
 	const timeout = 400 * time.Millisecond
 	// At most 10 events a body: a share is its bytes and 10 events' cost.
 	const held = 800<<10 + 10*768
-	e := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true, MaxBodyBytes: 1 << 20, MaxInflightBytes: 1 << 20, MaxEvents: 10, BodyTimeout: timeout}, metrics: true})
+	e := newTestEnv(t, envConfig{opts: api.Options{Limits: api.Limits{CreateLogs: true, MaxBodyBytes: 1 << 20, MaxInflightBytes: 1 << 20, MaxEvents: 10, BodyTimeout: timeout}}, metrics: true})
 	addr := strings.TrimPrefix(e.http.URL, "http://")
 	if got := e.gauge("auditd_http_body_budget_bytes"); got != 1<<20 {
 		t.Fatalf("auditd_http_body_budget_bytes %v, want %d", got, 1<<20)
@@ -171,7 +171,7 @@ func TestBodiesShareAByteBudget(t *testing.T) {
 // echoed cut short; start=2^64-1 does not wrap the computed end.
 func TestParsingEdges(t *testing.T) {
 	t.Parallel()
-	e := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true}})
+	e := newTestEnv(t, envConfig{opts: api.Options{Limits: api.Limits{CreateLogs: true}}})
 	var body strings.Builder
 	for i := range 300 {
 		fmt.Fprintf(&body, `{"id":"e%d","payload":%d}`+"\n", i, i)
@@ -227,8 +227,7 @@ func TestParsingEdges(t *testing.T) {
 // and /readyz says only ready or not, naming no log and no error.
 func TestReadTokenHidesLogNames(t *testing.T) {
 	t.Parallel()
-	e := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true, ReadToken: "r3ad",
-		Ready: func() error { return fmt.Errorf("broker secret-topic.0 unreachable") }}, metrics: true})
+	e := newTestEnv(t, envConfig{opts: api.Options{Limits: api.Limits{CreateLogs: true}, Auth: api.Tokens{Read: "r3ad"}, Components: api.Components{Ready: api.ReadyFunc(func() error { return fmt.Errorf("broker secret-topic.0 unreachable") })}}, metrics: true})
 	e.token = "r3ad"
 	e.post("secret-log", "", `{"id":"a","payload":1}`)
 	if r := e.do(http.MethodGet, "/metrics", nil); r.status != http.StatusUnauthorized || strings.Contains(string(r.body), "secret") {
@@ -242,7 +241,7 @@ func TestReadTokenHidesLogNames(t *testing.T) {
 		t.Errorf("GET /readyz: %v, want 503 naming nothing", r)
 	}
 	// Without a read token both stay open and detailed.
-	o := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true, Ready: func() error { return fmt.Errorf("broker down") }}, metrics: true})
+	o := newTestEnv(t, envConfig{opts: api.Options{Limits: api.Limits{CreateLogs: true}, Components: api.Components{Ready: api.ReadyFunc(func() error { return fmt.Errorf("broker down") })}}, metrics: true})
 	o.get("/metrics", http.StatusOK)
 	if r := o.do(http.MethodGet, "/readyz", nil); !strings.Contains(string(r.body), "broker down") {
 		t.Errorf("GET /readyz without a read token: %v, want the error", r)
@@ -253,7 +252,7 @@ func TestReadTokenHidesLogNames(t *testing.T) {
 // Kafka's violations do); a conflict inside one request does not.
 func TestIDConflictRaisesAlert(t *testing.T) {
 	t.Parallel()
-	e, m := newAlertEnv(t, api.Options{CreateLogs: true})
+	e, m := newAlertEnv(t, api.Options{Limits: api.Limits{CreateLogs: true}})
 	e.post("orders", "", `{"id":"o-1","payload":1}`)
 	r := e.do(http.MethodPost, "/v1/logs/orders/entries", strings.NewReader(`{"id":"o-2","payload":1}`+"\n"+`{"id":"o-2","payload":2}`))
 	if r.status != http.StatusConflict {
@@ -276,7 +275,7 @@ func TestIDConflictRaisesAlert(t *testing.T) {
 // nothing is created); GET /v1/logs is paginated (1,000 a page, Link rel=next).
 func TestMaxLogsAndPagination(t *testing.T) {
 	t.Parallel()
-	e := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true, MaxLogs: 3}})
+	e := newTestEnv(t, envConfig{opts: api.Options{Limits: api.Limits{CreateLogs: true, MaxLogs: 3}}})
 	for _, l := range []string{"a", "b", "c"} {
 		e.post(l, "", `{"id":"x","payload":1}`)
 	}
@@ -340,7 +339,7 @@ func TestClientLogsFollowsPages(t *testing.T) {
 func TestMaxLogsConcurrent(t *testing.T) {
 	t.Parallel()
 	const maxLogs, posts = 10, 64
-	e := newTestEnv(t, envConfig{opts: api.Options{CreateLogs: true, MaxLogs: maxLogs, MaxConcurrentWrites: posts}})
+	e := newTestEnv(t, envConfig{opts: api.Options{Limits: api.Limits{CreateLogs: true, MaxLogs: maxLogs, MaxConcurrentWrites: posts}}})
 	statuses := make([]response, posts)
 	start := make(chan struct{})
 	var wg sync.WaitGroup

@@ -71,8 +71,9 @@ func TestStalledBodyEveryRoute(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := newTestEnv(t, envConfig{logs: []string{"a"}, opts: api.Options{
-		BodyTimeout: 200 * time.Millisecond, ReadToken: "r", WriteToken: "w",
-		Witnessing: api.Witnessing{AddCheckpoint: wsrv},
+		Limits:     api.Limits{BodyTimeout: 200 * time.Millisecond},
+		Auth:       api.Tokens{Write: "w", Read: "r"},
+		Components: api.Components{Witnessing: api.Witnessing{AddCheckpoint: wsrv}},
 	}})
 	addr := env.http.Listener.Addr().String()
 	for _, tc := range []struct{ method, path, want string }{
@@ -121,7 +122,7 @@ func TestBodyDeadlineWrapsOtherHandlers(t *testing.T) {
 // The streams outlive the body timeout (they have no body).
 func TestStreamCap(t *testing.T) {
 	t.Parallel()
-	env, _ := newAlertEnv(t, api.Options{MaxStreams: 3, BodyTimeout: 50 * time.Millisecond, StreamKeepalive: 20 * time.Millisecond})
+	env, _ := newAlertEnv(t, api.Options{Limits: api.Limits{MaxStreams: 3, BodyTimeout: 50 * time.Millisecond, StreamKeepalive: 20 * time.Millisecond}})
 	var cancels []context.CancelFunc
 	var readers []*bufio.Reader
 	for range 3 {

@@ -95,8 +95,7 @@ func (f *faultLedger) serveLedger(t *testing.T, dir string) (env *testEnv, rec *
 	store := ledgertest.Open(t, ledgertest.WithDir(dir), ledgertest.WithKey(f.key), ledgertest.WithLedger(
 		ledger.WithCheckpointInterval(10*time.Millisecond), ledger.WithIntegrityHandler(rec.handle)))
 	env = &testEnv{t: t, store: store, verifier: f.key.Verifier, vkey: f.vkey, reg: prometheus.NewRegistry()}
-	env.server = api.New(store, f.vkey, api.Options{Logger: quiet, MaxEvents: 20_000,
-		Metrics: promhttp.HandlerFor(env.reg, promhttp.HandlerOpts{})})
+	env.server = api.New(store, f.vkey, api.Options{Limits: api.Limits{MaxEvents: 20_000}, Components: api.Components{Metrics: promhttp.HandlerFor(env.reg, promhttp.HandlerOpts{})}, Logger: quiet})
 	r := prometheus.WrapRegistererWithPrefix("auditd_", env.reg)
 	for _, c := range store.Collectors() {
 		r.MustRegister(c)

@@ -112,7 +112,7 @@ const minEventBytes = 14
 // MaxEvents, and what n bytes can hold). Once the body is decoded the
 // share shrinks to its events' cost (admission.decoded).
 func (s *Server) bodyCost(n int64) int64 {
-	events := min(int64(s.opts.MaxEvents), (n+1)/minEventBytes)
+	events := min(int64(s.limits.MaxEvents), (n+1)/minEventBytes)
 	return n + events*eventCost
 }
 
@@ -165,25 +165,25 @@ func (s *Server) admitWrite(w http.ResponseWriter, r *http.Request, a *admission
 	select {
 	case s.writes <- struct{}{}:
 	case <-r.Context().Done():
-		_ = rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout)) // for the unread body
+		_ = rc.SetReadDeadline(time.Now().Add(s.limits.BodyTimeout)) // for the unread body
 		writeError(w, http.StatusServiceUnavailable, "timeout", "request ended while waiting for a write slot", nil)
 		return false
 	}
-	body := s.opts.MaxBodyBytes
+	body := s.limits.MaxBodyBytes
 	if r.ContentLength >= 0 && r.ContentLength < body {
 		body = r.ContentLength
 	}
 	got, err := s.budget.acquire(r.Context(), s.bodyCost(body))
 	if err != nil {
 		<-s.writes
-		_ = rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
+		_ = rc.SetReadDeadline(time.Now().Add(s.limits.BodyTimeout))
 		writeError(w, http.StatusServiceUnavailable, "timeout", "request ended while waiting for memory for its body", nil)
 		return false
 	}
 	*a = admission{s: s, slot: true, bytes: got}
 	// The whole body must arrive within BodyTimeout of its slot being
 	// granted: a client that trickles its body cannot hold a slot forever.
-	if err := rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+	if err := rc.SetReadDeadline(time.Now().Add(s.limits.BodyTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		s.log.Warn("cannot bound the body's read time", "err", err)
 	}
 	return true
@@ -262,11 +262,11 @@ func pageLogs(all []ledger.LogInfo, r *http.Request) ([]ledger.LogInfo, string, 
 // pass this check together: the ledger's LogForAppendMax, after the body,
 // is the check that holds.
 func (s *Server) tooManyLogs(w http.ResponseWriter) bool {
-	if s.opts.MaxLogs <= 0 {
+	if s.limits.MaxLogs <= 0 {
 		return false
 	}
-	if n := len(s.store.Logs()); n >= s.opts.MaxLogs {
-		writeTooManyLogs(w, n, s.opts.MaxLogs)
+	if n := len(s.store.Logs()); n >= s.limits.MaxLogs {
+		writeTooManyLogs(w, n, s.limits.MaxLogs)
 		return true
 	}
 	return false

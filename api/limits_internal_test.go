@@ -26,7 +26,7 @@ func TestWriteSlotsBoundPOSTs(t *testing.T) {
 	t.Parallel()
 	quiet := slog.New(slog.DiscardHandler)
 	st, key := ledgertest.OpenKey(t, ledgertest.WithKeyName("limits.test"))
-	srv := New(st, key.VKey, Options{CreateLogs: true, MaxConcurrentWrites: 1, Logger: quiet})
+	srv := New(st, key.VKey, Options{Limits: Limits{CreateLogs: true, MaxConcurrentWrites: 1}, Logger: quiet})
 	// arrived gets the cancel function of each request's context once the
 	// request reaches the server.
 	arrived := make(chan context.CancelFunc, 1)
@@ -77,7 +77,7 @@ func TestWriteSlotFreedOnceDecoded(t *testing.T) {
 	const posts = 8
 	st, key := ledgertest.OpenKey(t, ledgertest.WithKeyName("limits.test"),
 		ledgertest.WithLedger(ledger.WithBatchDelay(300*time.Millisecond)))
-	srv := New(st, key.VKey, Options{CreateLogs: true, MaxConcurrentWrites: 1, Logger: slog.New(slog.DiscardHandler)})
+	srv := New(st, key.VKey, Options{Limits: Limits{CreateLogs: true, MaxConcurrentWrites: 1}, Logger: slog.New(slog.DiscardHandler)})
 	hs := httptest.NewServer(srv)
 	defer hs.Close()
 	errs := make(chan error, posts)
@@ -131,7 +131,7 @@ func TestBudgetCountsEvents(t *testing.T) {
 	}
 	size := int64(body.Len())
 	st, key := ledgertest.OpenKey(t, ledgertest.WithKeyName("limits.test"))
-	srv := New(st, key.VKey, Options{CreateLogs: true, MaxEvents: n, MaxInflightBytes: 64 << 20, Logger: slog.New(slog.DiscardHandler)})
+	srv := New(st, key.VKey, Options{Limits: Limits{CreateLogs: true, MaxEvents: n, MaxInflightBytes: 64 << 20}, Logger: slog.New(slog.DiscardHandler)})
 	hs := httptest.NewServer(srv)
 	defer hs.Close()
 

@@ -76,8 +76,8 @@ func (s *Server) getLog(w http.ResponseWriter, r *http.Request) {
 		ReadOnly  string `json:"read_only,omitempty"`
 		Witnesses any    `json:"witnesses,omitempty"`
 	}{logOut: logOut{Name: li.Name, Size: li.Size, RootHash: li.Root}, Origin: l.Origin()}
-	if f := s.opts.SourceStatus; f != nil {
-		if st, ok := f(li.Name); ok {
+	if src := s.parts.Sources; src != nil {
+		if st, ok := src.Status(li.Name); ok {
 			out.Source = st
 		}
 	}

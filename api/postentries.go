@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"runtime/debug"
 	"strings"
-	"time"
 
 	"github.com/go-chi/chi/v5"
 
@@ -15,14 +13,6 @@ import (
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/merkle"
 )
-
-// POST /v1/logs/{log}/entries is the one route hit once per event by
-// producers that send events one at a time, so it skips the router: a
-// request chi would route to it (POST, an unescaped path, exactly that
-// shape) is served by servePostEntries, which does what the router's
-// middleware does for it (recover, instrument, auth) with the metric
-// observers looked up once. Every other request, including a POST to an
-// escaped path, goes through chi, which routes the same POST there too.
 
 // entriesRoute is the route pattern of POST entries, as chi names it in
 // the http_requests_total and http_request_duration_seconds labels.
@@ -43,70 +33,16 @@ func entriesPath(r *http.Request) (string, bool) {
 	return name, true
 }
 
-// statusWriter records the status code of a response.
-type statusWriter struct {
-	http.ResponseWriter
-	code int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.code == 0 {
-		w.code = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.code == 0 {
-		w.code = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-// Unwrap lets http.ResponseController reach the connection.
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// servePostEntries serves POST /v1/logs/{name}/entries as the router
-// would: panics answer 500 (middleware.Recoverer), the request is counted
-// and timed under entriesRoute (instrument), and the write token checked
-// (auth).
-func (s *Server) servePostEntries(w http.ResponseWriter, r *http.Request, name string) {
-	start := time.Now()
-	sw := &statusWriter{ResponseWriter: w}
-	defer func() {
-		if rvr := recover(); rvr != nil {
-			if rvr == http.ErrAbortHandler {
-				panic(rvr)
-			}
-			s.log.Error("panic serving a request", "method", r.Method, "path", r.URL.Path, "panic", rvr, "stack", string(debug.Stack()))
-			if r.Header.Get("Connection") != "Upgrade" {
-				sw.WriteHeader(http.StatusInternalServerError)
-			}
-		}
-		s.countPost(sw.code, time.Since(start))
-	}()
-	if !s.authorized(r, true) {
-		s.unauthorized(sw)
-		return
-	}
-	s.postEntriesTo(sw, r, name)
-}
-
-// countPost counts and times a POST entries request.
-func (s *Server) countPost(code int, d time.Duration) {
-	if code == 0 {
-		code = http.StatusOK
-	}
-	if code == http.StatusOK {
-		s.postOK.Inc()
-	} else {
-		s.requests.WithLabelValues(entriesRoute, http.MethodPost, statusText(code)).Inc()
-	}
-	s.postDuration.Observe(d.Seconds())
-}
-
+// postEntries serves POST /v1/logs/{log}/entries, routed by chi or taken
+// before the router (chain.go).
 func (s *Server) postEntries(w http.ResponseWriter, r *http.Request) {
-	s.postEntriesTo(w, r, chi.URLParam(r, "log"))
+	var name string
+	if rc := chi.RouteContext(r.Context()); rc != nil {
+		name = rc.URLParam("log")
+	} else {
+		name, _ = entriesPath(r)
+	}
+	s.postEntriesTo(w, r, name)
 }
 
 type appendedOut struct {
@@ -133,7 +69,7 @@ func (s *Server) postEntriesTo(w http.ResponseWriter, r *http.Request, name stri
 		return
 	}
 	l, err := s.store.Log(name)
-	if errors.Is(err, ledger.ErrLogNotFound) && s.opts.CreateLogs {
+	if errors.Is(err, ledger.ErrLogNotFound) && s.limits.CreateLogs {
 		err = nil // made after the body decodes
 		if !ledger.ValidLogName(name) {
 			err = fmt.Errorf("%w: %q", ledger.ErrLogName, name)
@@ -157,8 +93,8 @@ func (s *Server) postEntriesTo(w http.ResponseWriter, r *http.Request, name stri
 		return
 	}
 	defer adm.release()
-	body := &countingReader{r: http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)}
-	entries, err := ingest.Decode(body, ingest.Limits{MaxEvents: s.opts.MaxEvents, MaxPayload: s.opts.MaxPayloadBytes})
+	body := &countingReader{r: http.MaxBytesReader(w, r.Body, s.limits.MaxBodyBytes)}
+	entries, err := ingest.Decode(body, ingest.Limits{MaxEvents: s.limits.MaxEvents, MaxPayload: s.limits.MaxPayloadBytes})
 	if err != nil {
 		s.writeErr(w, r, err)
 		return
@@ -172,7 +108,7 @@ func (s *Server) postEntriesTo(w http.ResponseWriter, r *http.Request, name stri
 		// a refused request leaves no trace. The ledger counts the logs
 		// being created too, so that concurrent POSTs to new names do not
 		// pass MaxLogs together.
-		if l, err = s.store.LogForAppendMax(name, s.opts.MaxLogs); err != nil {
+		if l, err = s.store.LogForAppendMax(name, s.limits.MaxLogs); err != nil {
 			var many *ledger.TooManyLogsError
 			if errors.As(err, &many) {
 				writeTooManyLogs(w, many.Logs, many.Max)
@@ -202,7 +138,7 @@ func (s *Server) postEntriesTo(w http.ResponseWriter, r *http.Request, name stri
 // and their inclusion proofs to out. It reports false with the answer
 // written when there is none in time or a proof does not verify.
 func (s *Server) addProofs(w http.ResponseWriter, r *http.Request, l *ledger.Log, out *appendOut) bool {
-	ctx, cancel := context.WithTimeout(r.Context(), s.opts.WaitTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), s.limits.WaitTimeout)
 	defer cancel()
 	cp, err := l.WaitCheckpoint(ctx, out.Size)
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 func TestEntriesPathMatchesRouter(t *testing.T) {
 	st, key := ledgertest.OpenKey(t, ledgertest.WithKeyName("fastpath.test"))
 	s := New(st, key.VKey, Options{Logger: slog.New(slog.DiscardHandler)})
-	mux := s.handler.(*chi.Mux)
+	mux := s.router
 	for _, c := range []struct{ method, target string }{
 		{"POST", "/v1/logs/l/entries"},
 		{"POST", "/v1/logs/a.b-c_d/entries"},

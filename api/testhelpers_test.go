@@ -77,7 +77,7 @@ func newTestEnv(t testing.TB, cfg envConfig) *testEnv {
 		opts.Logger = quiet
 	}
 	if cfg.metrics {
-		opts.Metrics = promhttp.HandlerFor(env.reg, promhttp.HandlerOpts{Registry: env.reg})
+		opts.Components.Metrics = promhttp.HandlerFor(env.reg, promhttp.HandlerOpts{Registry: env.reg})
 	}
 	env.server = api.New(store, vkey, opts)
 	if cfg.metrics {

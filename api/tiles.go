@@ -14,13 +14,18 @@ import (
 	"github.com/auditd/auditd/merkle"
 )
 
-// Cache-Control of the C2SP tlog-tiles resources. A full tile or bundle
-// never changes. A partial one is served only while it is the newest, and
-// its full successor replaces it once the tree grows past it, so clients
-// and caches revalidate it.
+// cacheTile is the Cache-Control of C2SP tlog-tiles hash tiles and entry
+// bundles, full and partial alike: the spec calls these endpoints
+// immutable, and they are here. A full tile never changes. A partial tile
+// of width W (the .p/W path) holds the first W hashes of its tile, and the
+// tree only grows: its bytes are the same for every tree size that
+// serves it. auditd serves every width up to the tree's size and keeps
+// doing so once the tile is full (the spec lets a log delete a partial
+// tile then; auditd does not). A tile beyond the tree is a 404 that must
+// not be cached: cacheMissing.
 const (
-	cacheFull    = "public, max-age=31536000, immutable"
-	cachePartial = "no-cache"
+	cacheTile    = "public, max-age=31536000, immutable"
+	cacheMissing = "no-store"
 )
 
 // tileWidth is the number of hashes in a full tile and of entries in a full
@@ -46,21 +51,11 @@ func (s *Server) getTile(w http.ResponseWriter, r *http.Request) {
 	}
 	b, err := l.Tile(level, n, width)
 	if err != nil {
+		w.Header().Set("Cache-Control", cacheMissing)
 		s.writeErr(w, r, err)
 		return
 	}
-	writeTile(w, width, b)
-}
-
-func writeTile(w http.ResponseWriter, width int, b []byte) {
-	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-	if width == tileWidth {
-		w.Header().Set("Cache-Control", cacheFull)
-	} else {
-		w.Header().Set("Cache-Control", cachePartial)
-	}
-	w.Write(b)
+	serveTile(w, r, b, false)
 }
 
 // errLeafTooLong reports a stored leaf that an entry bundle cannot carry:
@@ -79,6 +74,7 @@ func (s *Server) getEntryBundle(w http.ResponseWriter, r *http.Request, l *ledge
 	}
 	size := l.Size()
 	if n >= size/tileWidth+1 || n*tileWidth+uint64(width) > size {
+		w.Header().Set("Cache-Control", cacheMissing)
 		writeError(w, http.StatusNotFound, "tile_not_found",
 			fmt.Sprintf("entry bundle %d of width %d is beyond the tree of size %d", n, width, size), nil)
 		return
@@ -106,10 +102,11 @@ func (s *Server) getEntryBundle(w http.ResponseWriter, r *http.Request, l *ledge
 		return
 	}
 	if err != nil {
+		w.Header().Set("Cache-Control", cacheMissing)
 		s.writeErr(w, r, err)
 		return
 	}
-	writeTile(w, width, b)
+	serveTile(w, r, b, true)
 }
 
 // parseTilePath parses "<L>/<N>[.p/<W>]" where N is written in 3-digit

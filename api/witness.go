@@ -24,20 +24,20 @@ type Witnessing struct {
 }
 
 func (s *Server) witnessRoutes(r chi.Router) {
-	if h := s.opts.Witnessing.AddCheckpoint; h != nil {
+	if h := s.parts.Witnessing.AddCheckpoint; h != nil {
 		r.Method(http.MethodPost, "/add-checkpoint", h)
 	}
 }
 
 func (s *Server) cosigned(l *ledger.Log, cp *ledger.SignedCheckpoint) []byte {
-	if f := s.opts.Witnessing.Cosigned; f != nil {
+	if f := s.parts.Witnessing.Cosigned; f != nil {
 		return f(l.Name(), cp)
 	}
 	return cp.Note
 }
 
 func (s *Server) witnessStatus(l *ledger.Log) any {
-	f := s.opts.Witnessing.Status
+	f := s.parts.Witnessing.Status
 	if f == nil {
 		return nil
 	}

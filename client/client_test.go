@@ -520,7 +520,7 @@ func rootAt(c *client.Client, t *testing.T, size uint64) (merkle.Hash, error) {
 func TestToken(t *testing.T) {
 	t.Parallel()
 	store, key := ledgertest.OpenKey(t, ledgertest.WithKeyName(keyName), ledgertest.WithLedger(ledger.WithCheckpointInterval(0)))
-	srv := httptest.NewServer(api.New(store, key.VKey, api.Options{ReadToken: "secret", Logger: slog.New(slog.DiscardHandler)}))
+	srv := httptest.NewServer(api.New(store, key.VKey, api.Options{Auth: api.Tokens{Read: "secret"}, Logger: slog.New(slog.DiscardHandler)}))
 	t.Cleanup(srv.Close)
 	s := &testServer{store: store, key: key, url: srv.URL}
 	s.fill(t, "orders", 3)

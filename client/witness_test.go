@@ -48,8 +48,7 @@ func TestWitnessPolicy(t *testing.T) {
 		b, _ := note.Sign(&note.Note{Text: n.Text}, w1)
 		return append(append([]byte(nil), cp.Note...), b[bytes.LastIndex(b, []byte("\n\n"))+2:]...)
 	}
-	srv := httptest.NewServer(api.New(store, key.VKey, api.Options{Logger: slog.New(slog.DiscardHandler),
-		Witnessing: api.Witnessing{Cosigned: cosigned}}))
+	srv := httptest.NewServer(api.New(store, key.VKey, api.Options{Components: api.Components{Witnessing: api.Witnessing{Cosigned: cosigned}}, Logger: slog.New(slog.DiscardHandler)}))
 	t.Cleanup(srv.Close)
 
 	for _, tc := range []struct {

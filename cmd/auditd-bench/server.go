@@ -80,8 +80,7 @@ func startServer(dir string, scrubRate float64) (addr string, stop func() error,
 			return "", nil, err
 		}
 	}
-	srv := api.New(store, vkey, api.Options{CreateLogs: true, Logger: loadtest.Quiet(),
-		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})})
+	srv := api.New(store, vkey, api.Options{Limits: api.Limits{CreateLogs: true}, Components: api.Components{Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})}, Logger: loadtest.Quiet()})
 	for _, c := range append(store.Collectors(), srv.Collectors()...) {
 		auditdReg.MustRegister(c)
 	}

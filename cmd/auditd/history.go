@@ -20,7 +20,7 @@ func (d *instance) describe(srv *api.Server, in buildinfo.Info) {
 	if every <= 0 {
 		every = 10 * time.Second
 	}
-	h := api.NewHistory(d.store, d.opts.Derivations, every, 360, 50)
+	h := api.NewHistory(d.store, d.opts.Components.Derivations, every, 360, 50)
 	srv.SetHistory(h)
 	ctx, cancel := context.WithCancel(d.ctx)
 	done := make(chan struct{})

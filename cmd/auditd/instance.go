@@ -206,12 +206,18 @@ var kafkaRun = func(k *ingest.Kafka, ctx context.Context) error { return k.Run(c
 func (d *instance) startComponents() error {
 	cfg, logger := d.cfg, d.log
 	d.opts = api.Options{
-		MaxBodyBytes: cfg.MaxBodyBytes, MaxEvents: cfg.MaxEvents, MaxPayloadBytes: cfg.MaxPayloadBytes,
-		WriteToken: cfg.WriteToken, ReadToken: cfg.ReadToken, CreateLogs: cfg.CreateLogs == nil || *cfg.CreateLogs,
-		MaxConcurrentWrites: cfg.MaxConcurrentWrites, WaitTimeout: cfg.WaitTimeout, Logger: logger,
-		BodyTimeout: cfg.BodyTimeout, MaxInflightBytes: cfg.MaxInflightBytes, MaxStreams: cfg.MaxStreams, MaxLogs: cfg.MaxLogs,
-		Metrics: promhttp.HandlerFor(boundLogLabels(d.reg, cfg.MaxMetricLogs), promhttp.HandlerOpts{Registry: d.reg}),
-		Alerts:  d.alerts,
+		Limits: api.Limits{
+			MaxBodyBytes: cfg.MaxBodyBytes, MaxEvents: cfg.MaxEvents, MaxPayloadBytes: cfg.MaxPayloadBytes,
+			CreateLogs: cfg.CreateLogs == nil || *cfg.CreateLogs, MaxLogs: cfg.MaxLogs,
+			MaxConcurrentWrites: cfg.MaxConcurrentWrites, WaitTimeout: cfg.WaitTimeout,
+			BodyTimeout: cfg.BodyTimeout, MaxInflightBytes: cfg.MaxInflightBytes, MaxStreams: cfg.MaxStreams,
+		},
+		Auth: api.Tokens{Write: cfg.WriteToken, Read: cfg.ReadToken},
+		Components: api.Components{
+			Metrics: promhttp.HandlerFor(boundLogLabels(d.reg, cfg.MaxMetricLogs), promhttp.HandlerOpts{Registry: d.reg}),
+			Alerts:  d.alerts,
+		},
+		Logger: logger,
 	}
 	if err := d.startKafka(); err != nil {
 		return err
@@ -229,7 +235,7 @@ func (d *instance) startComponents() error {
 		return err
 	}
 	if daemon != nil {
-		d.opts.Derivations = daemon
+		d.opts.Components.Derivations = daemon
 		done := d.goComponent("derivation checks", func() error { <-ddone; return nil })
 		d.onStop("stopping the derivation checks", func() { dcancel(); <-done })
 	} else {
@@ -241,7 +247,7 @@ func (d *instance) startComponents() error {
 	}
 	d.onStop("stopping the self-audit checks", stopChecks)
 	checksRunner.Store(checks)
-	d.opts.Checks = checks
+	d.opts.Components.Checks = checks
 	return nil
 }
 
@@ -266,8 +272,8 @@ func (d *instance) startKafka() error {
 	// The source finishes its batches in hand and commits group offsets
 	// before the ledger closes.
 	d.onStop("stopping the Kafka source", func() { cancel(); <-done })
-	d.opts.SourceStatus = func(log string) (any, bool) { return kafka.Status(log) }
-	d.opts.Ready = kafka.Ready
+	d.opts.Components.Sources = api.SourcesFunc(func(log string) (any, bool) { return kafka.Status(log) })
+	d.opts.Components.Ready = kafka
 	logger.Info("consuming Kafka", "brokers", cfg.Kafka.Brokers, "topics", cfg.Kafka.Topics, "group", cfg.Kafka.Group, "instance_id", kcfg.InstanceID)
 	return nil
 }

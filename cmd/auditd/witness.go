@@ -103,7 +103,7 @@ func startWitnessing(store *ledger.Store, cfg Config, key *signingKey, opts *api
 		for _, c := range srv.Collectors() {
 			reg.MustRegister(c)
 		}
-		opts.Witnessing.AddCheckpoint = srv
+		opts.Components.Witnessing.AddCheckpoint = srv
 		logger.Info("witnessing logs", "logs", len(wc.Logs), "witness_verifier_key", vkey)
 	}
 	if len(wc.Witnesses) == 0 {
@@ -148,8 +148,8 @@ func startWitnessing(store *ledger.Store, cfg Config, key *signingKey, opts *api
 	for _, c := range sub.Collectors() {
 		reg.MustRegister(c)
 	}
-	opts.Witnessing.Cosigned = sub.Cosigned
-	opts.Witnessing.Status = func(log string, size uint64) any { return sub.Status(log, size) }
+	opts.Components.Witnessing.Cosigned = sub.Cosigned
+	opts.Components.Witnessing.Status = func(log string, size uint64) any { return sub.Status(log, size) }
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); sub.Run(ctx) }()

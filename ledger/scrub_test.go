@@ -14,9 +14,10 @@ import (
 	"github.com/auditd/auditd/merkle"
 )
 
-// FuzzScanLeafHash checks the scan's copy-free decoder against
-// decodeStored: for any stored value both accept or both refuse it, and
-// the leaf hashes agree.
+// FuzzScanLeafHash checks the scan's leaf hash (storedEntry.decode, hashed
+// in place) against decodeStored (the same decoder, copied into a Record):
+// for any stored value both accept or both refuse it, and the leaf hashes
+// agree.
 func FuzzScanLeafHash(f *testing.F) {
 	for _, s := range fuzzStoredSeeds(f) {
 		f.Add(s)

@@ -61,7 +61,8 @@ disk is read: findings about its storage alone need fsck on its data dir.
 Exit status:
   0  clean
   1  findings
-  2  fsck could not run (no store, the daemon holds it, unreadable storage, bad key)
+  2  fsck could not run (no store, the daemon holds it, unreadable storage, bad key,
+     a server unreachable or whose checkpoints do not verify)
 
 `
 
@@ -112,7 +113,7 @@ func runFsck(args []string, stdout, stderr io.Writer) int {
 	}
 	if f.dataDir == "" || fs.NArg() > 0 {
 		fs.Usage()
-		return fail("--data-dir is required and there are no arguments")
+		return fail("--data-dir (or --server) is required and there are no arguments")
 	}
 	guard, err := checkpointGuardDir(f.guardDir)
 	if err != nil {

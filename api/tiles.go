@@ -30,7 +30,7 @@ const (
 
 // tileWidth is the number of hashes in a full tile and of entries in a full
 // entry bundle.
-const tileWidth = 256
+const tileWidth = merkle.TileWidth
 
 // getTile serves C2SP tlog-tiles hash tiles, tile/<L>/<N>[.p/<W>], and
 // entry bundles, tile/entries/<N>[.p/<W>].

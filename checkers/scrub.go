@@ -12,11 +12,12 @@ import (
 	"github.com/auditd/auditd/merkle"
 )
 
-// Tile geometry (C2SP tlog-tiles, with the level-4 hashes ledger/tiles.go
-// stores after each tile's base hashes).
+// Tile geometry (merkle.TileHeight, merkle.TileWidth), with the level-4
+// hashes a local source keeps after each tile's base hashes (see
+// LogSource.Tile).
 const (
-	tileHeight = 8
-	tileWidth  = 1 << tileHeight
+	tileHeight = merkle.TileHeight
+	tileWidth  = merkle.TileWidth
 	midLevel   = 4
 	midStride  = 1 << midLevel
 )
@@ -25,9 +26,10 @@ const (
 // payload, recomputes payload digests and leaf hashes, rebuilds the tree
 // from the leaves and compares every stored tile (base and level-4 hashes),
 // the recorded root and the root of every stored signed checkpoint with
-// the rebuilt tree. On a local source it also compares every ingested id
-// and leaf-hash index chunk with the one rebuilt from its entries
-// (scrub_index.go).
+// the rebuilt tree. What a local source finds in its own storage on the way
+// (ledger.RawLog.Check: entries and index chunks beyond the tree, payloads
+// pruned outside the policy, ingested index chunks that differ from their
+// entries) is reported with the rest.
 //
 // Where a leaf recomputed from its entry differs from the tree's, the
 // stored level-4 hash over its group of 16 tells which side is wrong: the
@@ -108,9 +110,6 @@ type logScrub struct {
 	known  [tileWidth]bool
 	fill   int
 	next   uint64 // the index the next entry must have
-
-	pruned prunedCheck // payloads gone above the pruning watermark (scrub_prune.go)
-	idx    indexCheck  // ingested index chunks (scrub_index.go)
 }
 
 type tileBuf struct {
@@ -142,31 +141,8 @@ func (w *logScrub) run(v note.Verifier) error {
 		w.cps = append(w.cps, cpRoot{cp.Size, cp.Root})
 	}
 	sort.Slice(w.cps, func(i, j int) bool { return w.cps[i].size < w.cps[j].size })
-	if ic, ok := w.src.(extentSource); ok {
-		recorded, stored, err := ic.IndexChunks()
-		if err != nil {
-			return fmt.Errorf("read index chunks: %w", err)
-		}
-		i, found, err := ic.EntryAbove(w.size)
-		if err != nil {
-			return fmt.Errorf("read entries: %w", err)
-		}
-		if found {
-			w.found(Finding{Index: At(i), Kind: ledger.IntegrityRollback, Detail: fmt.Sprintf(
-				"entry %d is stored, but the log records a tree of size %d: its metadata went back", i, w.size)})
-		}
-		if have := w.size / ledger.IndexChunkEntries; recorded > have || stored > have {
-			w.found(Finding{Kind: ledger.IntegrityRollback, Detail: fmt.Sprintf(
-				"index chunks cover %d entries (%d recorded, %d stored), but the tree holds %d: storage lost entries it had indexed",
-				max(recorded, stored)*ledger.IndexChunkEntries, recorded, stored, w.size)})
-		}
-		w.startIndexCheck(recorded)
-	}
-	if err := w.loadWatermark(); err != nil {
-		return err
-	}
 	w.checkRoots() // a checkpoint of the empty tree
-	err = w.src.Leaves(w.ctx, func(batch []ledger.ScannedEntry) error {
+	storage, err := w.src.Leaves(w.ctx, func(batch []ledger.ScannedEntry) error {
 		for i := range batch {
 			if err := w.add(&batch[i]); err != nil {
 				return err
@@ -174,6 +150,9 @@ func (w *logScrub) run(v note.Verifier) error {
 		}
 		return w.p.Checked(w.ctx, len(batch))
 	})
+	for _, f := range storage {
+		w.found(f)
+	}
 	if err != nil {
 		return err
 	}
@@ -183,7 +162,6 @@ func (w *logScrub) run(v note.Verifier) error {
 	if w.next != w.size {
 		return fmt.Errorf("source gave %d entries, the tree holds %d", w.next, w.size)
 	}
-	w.flushPruned()
 	if w.fill > 0 {
 		w.flushTile0()
 	}
@@ -199,16 +177,13 @@ func (w *logScrub) add(e *ledger.ScannedEntry) error {
 		return fmt.Errorf("source gave entry %d where %d was due", e.Index, w.next)
 	}
 	w.next++
-	w.checkPruned(e)
 	if e.Err != nil {
 		w.found(Finding{Index: At(e.Index), Kind: e.Err.Kind, Detail: e.Err.Detail})
 	}
-	w.indexID(e)
 	w.leaves[w.fill], w.known[w.fill] = e.LeafHash, e.Err == nil
 	w.fill++
 	if w.fill == tileWidth {
 		w.flushTile0()
-		w.indexChunkDone()
 	}
 	return w.err
 }
@@ -274,13 +249,6 @@ func (w *logScrub) flushTile0() {
 				chosen[i] = base[i]
 			} else {
 				w.unknown = append(w.unknown, first+uint64(i))
-			}
-		}
-	}
-	if w.inIndexed(first) {
-		for i := range chosen {
-			if w.known[i] || i < len(base) {
-				w.idx.keys.SetLeaf(int((first+uint64(i))%ledger.IndexChunkEntries), chosen[i])
 			}
 		}
 	}
@@ -503,4 +471,11 @@ func subtreeHash(hs []merkle.Hash) merkle.Hash {
 		}
 	}
 	return hs[0]
+}
+
+// FindingKinds are the kinds a scrub reports: the ledger's integrity kinds,
+// the payloads pruned outside the policy and the index chunks that differ
+// from their entries (found by a local source's storage checks).
+func (s *Scrub) FindingKinds() []string {
+	return append(append([]string{}, kinds...), ledger.IntegrityPrunedOutsidePolicy, ledger.IntegrityIndexMismatch)
 }

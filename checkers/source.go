@@ -32,8 +32,11 @@ type LogSource interface {
 	// batches, each with its leaf hash recomputed from the entry as stored
 	// or served, never taken from a tile. An entry that is missing or does
 	// not decode is passed with its Err set; the scan goes on. An error
-	// from fn stops it.
-	Leaves(ctx context.Context, fn func([]ledger.ScannedEntry) error) error
+	// from fn stops it. It returns what the source found in its own
+	// storage on the way, which no tile API serves (a local store's
+	// ledger.RawLog.Check; a remote log finds nothing), also when it
+	// returns an error.
+	Leaves(ctx context.Context, fn func([]ledger.ScannedEntry) error) ([]Finding, error)
 	// Tile returns the first width base hashes of the stored tile
 	// level/n and, where the source keeps them, its level-4 hashes (nil
 	// otherwise). A tile not stored is ErrTileMissing; a source may return
@@ -51,13 +54,6 @@ type LogSource interface {
 // ErrTileMissing reports a tile the tree needs that the source does not
 // hold.
 var ErrTileMissing = errors.New("checkers: tile missing")
-
-// extentSource is what a local source adds: the ingested index chunks and
-// the entries stored, which must not reach beyond the tree.
-type extentSource interface {
-	IndexChunks() (recorded, stored uint64, err error)
-	EntryAbove(size uint64) (index uint64, found bool, err error)
-}
 
 // StoreSource reads the logs of a live store, each over a Pebble snapshot.
 func StoreSource(s *ledger.Store) Source { return storeSource{s} }
@@ -102,17 +98,23 @@ func (s rawSource) Log(_ context.Context, name string) (LogSource, error) {
 // rawLogSource is a LogSource over a *ledger.RawLog.
 type rawLogSource struct{ r *ledger.RawLog }
 
-var (
-	_ LogSource    = rawLogSource{}
-	_ extentSource = rawLogSource{}
-)
+var _ LogSource = rawLogSource{}
 
 func (s rawLogSource) Size() uint64      { return s.r.Size() }
 func (s rawLogSource) Root() merkle.Hash { return s.r.Root() }
 func (s rawLogSource) Close() error      { return s.r.Close() }
 
-func (s rawLogSource) Leaves(ctx context.Context, fn func([]ledger.ScannedEntry) error) error {
-	return s.r.Scan(ctx, 0, s.r.Size(), fn)
+func (s rawLogSource) Leaves(ctx context.Context, fn func([]ledger.ScannedEntry) error) ([]Finding, error) {
+	found, err := s.r.Check(ctx, fn)
+	out := make([]Finding, 0, len(found))
+	for _, f := range found {
+		fd := Finding{Kind: f.Kind, Detail: f.Detail}
+		if f.Index >= 0 {
+			fd.Index = At(uint64(f.Index))
+		}
+		out = append(out, fd)
+	}
+	return out, err
 }
 
 func (s rawLogSource) Tile(_ context.Context, level uint8, n uint64, _ int) (base, mid []merkle.Hash, err error) {
@@ -130,10 +132,6 @@ func (s rawLogSource) Checkpoints(context.Context) ([]ledger.RawCheckpoint, erro
 func (s rawLogSource) ConsistencyProof(_ context.Context, from, to uint64) ([]merkle.Hash, error) {
 	return merkle.ProveConsistency(from, to, s.r.HashReader())
 }
-
-func (s rawLogSource) IndexChunks() (recorded, stored uint64, err error) { return s.r.IndexChunks() }
-
-func (s rawLogSource) EntryAbove(size uint64) (uint64, bool, error) { return s.r.EntryAbove(size) }
 
 // OnlyLog restricts src to the named log.
 func OnlyLog(src Source, name string) Source { return onlyLog{src, name} }

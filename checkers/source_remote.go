@@ -47,7 +47,7 @@ func (r *remoteLog) Size() uint64      { return r.size }
 func (r *remoteLog) Root() merkle.Hash { return r.root }
 func (r *remoteLog) Close() error      { return nil }
 
-func (r *remoteLog) Leaves(ctx context.Context, fn func([]ledger.ScannedEntry) error) error {
+func (r *remoteLog) Leaves(ctx context.Context, fn func([]ledger.ScannedEntry) error) ([]Finding, error) {
 	batch := make([]ledger.ScannedEntry, 0, remotePage)
 	for next := uint64(0); next < r.size; {
 		end := min(next+remotePage, r.size)
@@ -61,15 +61,15 @@ func (r *remoteLog) Leaves(ctx context.Context, fn func([]ledger.ScannedEntry) e
 			// One entry the server cannot serve fails the page: read its
 			// entries one by one and report those it does not give.
 			if batch, err = r.oneByOne(ctx, batch, next, end); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		next += uint64(len(batch))
 		if err := fn(batch); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return nil, nil
 }
 
 // scanned rebuilds the entry's leaf from its fields.

@@ -36,7 +36,7 @@ func TilePath(level uint8, n uint64, width int) string {
 		}
 		b.WriteString(els[i])
 	}
-	if width < 256 {
+	if width < merkle.TileWidth {
 		fmt.Fprintf(&b, ".p/%d", width)
 	}
 	return b.String()

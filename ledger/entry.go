@@ -210,31 +210,35 @@ func decodeStored(log string, index uint64, b []byte) (*Record, error) {
 // the tiles). The record, its payload and key come from a (allocated one
 // by one if a is nil).
 func decodeStoredAs(log string, index uint64, b []byte, leaf bool, a *recordSlab) (*Record, error) {
+	var e storedEntry
+	var idBuf [64]byte
+	if _, err := e.decode(b, idBuf[:0]); err != nil {
+		return nil, err
+	}
 	r := a.record()
 	r.Index = index
 	l := &r.Leaf
 	l.Log = log
-	if len(b) < 1 {
-		return nil, errStored
+	l.ID = string(e.id) // its own allocation: folds keep ids (a key's last event) long after the scan
+	if e.flags&sKey != 0 {
+		l.HasKey, l.Key = true, a.bytes(e.key)
 	}
-	f := b[0]
-	if f&^sKnown != 0 {
-		return nil, errStored
+	l.Time, l.TimeAssigned, l.Marks = e.time, e.flags&sTimeAssigned != 0, e.marks
+	if e.flags&sSource != 0 {
+		l.Source = &merkle.Source{Topic: string(e.topic), Partition: e.partition, Offset: e.offset}
 	}
-	sr := storedReader{b: b[1:], a: a}
-	if !sr.fields(f, l) {
-		return nil, errStored
+	if e.nHeaders > 0 {
+		l.Headers = make([]merkle.Header, 0, e.nHeaders)
+		e.eachHeader(func(k, v []byte) {
+			l.Headers = append(l.Headers, merkle.Header{Key: string(k), Value: append([]byte{}, v...)})
+		})
 	}
-	b = sr.b
-	r.PayloadJSON = f&sPayloadJSON != 0
-	if f&sPruned != 0 {
-		if len(b) != merkle.HashSize {
-			return nil, errStored
-		}
+	r.PayloadJSON = e.flags&sPayloadJSON != 0
+	if e.flags&sPruned != 0 {
 		r.PayloadPruned = true
-		copy(l.PayloadSHA256[:], b)
+		copy(l.PayloadSHA256[:], e.payload)
 	} else {
-		r.Payload = a.bytes(b)
+		r.Payload = a.bytes(e.payload)
 		if !leaf {
 			return r, nil
 		}
@@ -252,11 +256,110 @@ func decodeStoredAs(log string, index uint64, b []byte, leaf bool, a *recordSlab
 	return r, nil
 }
 
-// storedReader reads the fields of a stored entry value in order; the key
-// it decodes comes from a.
+// storedEntry is a stored entry value decoded in place: the one decoder of
+// the encoding above. Its byte fields alias the value (a packed id's text,
+// the buffer decode was given); reads copy them into a Record
+// (decodeStoredAs), the scan hashes them where they are (scratch.leafHash).
+type storedEntry struct {
+	flags     byte
+	id        []byte
+	key       []byte // with sKey
+	time      int64
+	topic     []byte // with sSource
+	partition int32
+	offset    int64
+	nHeaders  int
+	headers   []byte // with sHeaders: the encoded name and value pairs, checked
+	marks     byte
+	payload   []byte // the payload, or with sPruned its SHA-256
+}
+
+// decode decodes the stored value b into e. A packed id's text is written
+// into idBuf, which is returned for reuse. It checks the whole encoding: a
+// value decode accepts has every field in bounds and, if pruned, a payload
+// hash of 32 bytes.
+func (e *storedEntry) decode(b, idBuf []byte) ([]byte, error) {
+	*e = storedEntry{}
+	if len(b) < 1 {
+		return idBuf, errStored
+	}
+	e.flags = b[0]
+	if e.flags&^sKnown != 0 {
+		return idBuf, fmt.Errorf("%w: unknown flag bits %#x", errStored, e.flags&^sKnown)
+	}
+	sr := storedReader{b: b[1:]}
+	ok := true
+	if e.flags&sPackedID != 0 {
+		var id, rest []byte
+		if id, rest, ok = unpackID(idBuf[:0], sr.b); ok {
+			idBuf, e.id, sr.b = id, id, rest
+		}
+	} else {
+		e.id, ok = sr.str()
+	}
+	if ok && e.flags&sKey != 0 {
+		if e.key, ok = sr.str(); ok && e.key == nil {
+			e.key = []byte{}
+		}
+	}
+	if !ok || len(sr.b) < 8 {
+		return idBuf, errStored
+	}
+	e.time = int64(binary.BigEndian.Uint64(sr.b))
+	sr.b = sr.b[8:]
+	if e.flags&sSource != 0 {
+		t, ok1 := sr.str()
+		p, ok2 := sr.uv()
+		o, ok3 := sr.uv()
+		if !ok1 || !ok2 || !ok3 {
+			return idBuf, errStored
+		}
+		e.topic, e.partition, e.offset = t, int32(uint32(p)), int64(o)
+	}
+	if e.flags&sHeaders != 0 {
+		n, ok := sr.uv()
+		if !ok || n == 0 || n > merkle.MaxHeaders {
+			return idBuf, errStored
+		}
+		start := sr.b
+		for range n {
+			_, ok1 := sr.str()
+			_, ok2 := sr.str()
+			if !ok1 || !ok2 {
+				return idBuf, errStored
+			}
+		}
+		e.nHeaders, e.headers = int(n), start[:len(start)-len(sr.b)]
+	}
+	if e.flags&sMarks != 0 {
+		if len(sr.b) < 1 {
+			return idBuf, errStored
+		}
+		e.marks, sr.b = sr.b[0], sr.b[1:]
+	}
+	if e.flags&sPruned != 0 && len(sr.b) != merkle.HashSize {
+		return idBuf, fmt.Errorf("%w: pruned payload hash of %d bytes", errStored, len(sr.b))
+	}
+	e.payload = sr.b
+	return idBuf, nil
+}
+
+// eachHeader calls fn with each header's name and value, in order.
+func (e *storedEntry) eachHeader(fn func(k, v []byte)) {
+	sr := storedReader{b: e.headers}
+	for range e.nHeaders {
+		k, _ := sr.str()
+		v, _ := sr.str()
+		if v == nil {
+			v = []byte{}
+		}
+		fn(k, v)
+	}
+}
+
+// storedReader reads the fields of a stored entry value in order.
 type storedReader struct {
 	b []byte
-	a *recordSlab
 }
 
 // str reads a uvarint-length-prefixed byte string (aliasing the value).
@@ -277,73 +380,6 @@ func (sr *storedReader) uv() (uint64, bool) {
 	}
 	sr.b = sr.b[k:]
 	return v, true
-}
-
-// fields decodes what comes before the payload, as flags f say, into l:
-// id, key, time, source, headers, marks. It reports false on malformed
-// input; what is left in sr.b is the payload (or its hash).
-func (sr *storedReader) fields(f byte, l *merkle.Leaf) bool {
-	var id []byte
-	ok := false
-	if f&sPackedID != 0 {
-		var buf [64]byte
-		id, sr.b, ok = unpackID(buf[:0], sr.b)
-	} else {
-		id, ok = sr.str()
-	}
-	if !ok {
-		return false
-	}
-	l.ID = string(id) // its own allocation: folds keep ids (a key's last event) long after the scan
-	if f&sKey != 0 {
-		k, ok := sr.str()
-		if !ok {
-			return false
-		}
-		l.HasKey, l.Key = true, sr.a.bytes(k)
-	}
-	if len(sr.b) < 8 {
-		return false
-	}
-	l.Time = int64(binary.BigEndian.Uint64(sr.b))
-	sr.b = sr.b[8:]
-	l.TimeAssigned = f&sTimeAssigned != 0
-	if f&sSource != 0 {
-		t, ok1 := sr.str()
-		p, ok2 := sr.uv()
-		o, ok3 := sr.uv()
-		if !ok1 || !ok2 || !ok3 {
-			return false
-		}
-		l.Source = &merkle.Source{Topic: string(t), Partition: int32(uint32(p)), Offset: int64(o)}
-	}
-	if f&sHeaders != 0 && !sr.headers(l) {
-		return false
-	}
-	if f&sMarks != 0 {
-		if len(sr.b) < 1 {
-			return false
-		}
-		l.Marks, sr.b = sr.b[0], sr.b[1:]
-	}
-	return true
-}
-
-func (sr *storedReader) headers(l *merkle.Leaf) bool {
-	n, ok := sr.uv()
-	if !ok || n == 0 || n > merkle.MaxHeaders {
-		return false
-	}
-	l.Headers = make([]merkle.Header, n)
-	for i := range l.Headers {
-		k, ok1 := sr.str()
-		v, ok2 := sr.str()
-		if !ok1 || !ok2 {
-			return false
-		}
-		l.Headers[i] = merkle.Header{Key: string(k), Value: append([]byte{}, v...)}
-	}
-	return true
 }
 
 // recordSlab hands out records, and the payloads and keys they hold, from

@@ -132,7 +132,7 @@ func TestPackedIDTampered(t *testing.T) {
 			t.Fatal(err)
 		}
 		bad := 0
-		err = r.Scan(context.Background(), 0, 300, func(es []ScannedEntry) error {
+		err = r.scan(context.Background(), 0, 300, func(es []ScannedEntry) error {
 			for _, e := range es {
 				tree, err := l.treeLeaf(e.Index)
 				if err != nil {
@@ -223,13 +223,13 @@ func TestLayout1Store(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if rec, stored, err := r.IndexChunks(); rec != 2 || stored != 2 || err != nil {
+	if rec, stored, err := r.indexChunks(); rec != 2 || stored != 2 || err != nil {
 		t.Fatalf("IndexChunks = %d, %d, %v; want 2, 2", rec, stored, err)
 	}
 	// The scanned leaves hash to the log's root (one check of every leaf
 	// against the tree: a tile read per entry is slow under -race).
 	leaves := merkle.NewRange()
-	err = r.Scan(context.Background(), 0, uint64(m), func(es []ScannedEntry) error {
+	err = r.scan(context.Background(), 0, uint64(m), func(es []ScannedEntry) error {
 		for _, e := range es {
 			if e.Err != nil || e.Index != leaves.End() {
 				return fmt.Errorf("entry %d (want %d): %v", e.Index, leaves.End(), e.Err)

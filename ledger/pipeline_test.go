@@ -96,12 +96,12 @@ func testDuplicatesInFlight(t *testing.T, ids, clients, per, maxBatch int) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	err = r.Scan(context.Background(), 0, uint64(ids), func(es []ScannedEntry) error {
+	err = r.scan(context.Background(), 0, uint64(ids), func(es []ScannedEntry) error {
 		for _, e := range es {
 			if e.Err != nil {
 				return e.Err
 			}
-			idKeys[e.Index], leaves[e.Index] = e.IDKey, e.LeafHash
+			idKeys[e.Index], leaves[e.Index] = e.idKey, e.LeafHash
 		}
 		return nil
 	})

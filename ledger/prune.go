@@ -85,8 +85,8 @@ var pruneLocks sync.Map // *Log -> *sync.Mutex
 // hold no payload. 0 if the log was never pruned.
 func (l *Log) PruneWatermark() (uint64, error) { return readWatermark(l.s.db, l.id, l.name) }
 
-// PruneWatermark returns the pruning watermark recorded in the snapshot.
-func (r *RawLog) PruneWatermark() (uint64, error) { return readWatermark(r.r, r.id, r.name) }
+// pruneWatermark returns the pruning watermark recorded in the snapshot.
+func (r *RawLog) pruneWatermark() (uint64, error) { return readWatermark(r.r, r.id, r.name) }
 
 func readWatermark(r pebble.Reader, id uint32, name string) (uint64, error) {
 	v, closer, err := r.Get(pruneKey(id))

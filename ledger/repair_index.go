@@ -46,19 +46,19 @@ func (l *Log) RepairIndex(ctx context.Context, dryRun bool, progress func(done, 
 		return nil, err
 	}
 	defer r.Close()
-	chunks, _, err := r.IndexChunks()
+	chunks, _, err := r.indexChunks()
 	if err != nil {
 		return nil, err
 	}
 	end := min(chunks<<indexChunkBits, r.Size())
-	keys := NewChunkKeys()
+	keys := newChunkKeys()
 	var (
 		out     []IndexRepair
 		damaged string // the chunk's first entry that cannot be rebuilt
 		base    []merkle.Hash
 		tileN   = ^uint64(0)
 	)
-	err = r.Scan(ctx, 0, end, func(es []ScannedEntry) error {
+	err = r.scan(ctx, 0, end, func(es []ScannedEntry) error {
 		for _, e := range es {
 			pos := int(e.Index % indexChunk)
 			switch {
@@ -75,14 +75,14 @@ func (l *Log) RepairIndex(ctx context.Context, dryRun bool, progress func(done, 
 				if len(base) <= int(e.Index%tileWidth) || base[e.Index%tileWidth] != e.LeafHash {
 					damaged = firstOf(damaged, fmt.Sprintf("entry %d does not hash to the leaf its level-0 tile holds", e.Index))
 				}
-				keys.SetID(pos, e.IDKey)
-				keys.SetLeaf(pos, e.LeafHash)
+				keys.setID(pos, e.idKey)
+				keys.setLeaf(pos, e.LeafHash)
 			}
 			if pos != indexChunk-1 {
 				continue
 			}
 			c := e.Index / indexChunk
-			fs, err := r.CheckIndexChunk(c, keys)
+			fs, err := r.checkIndexChunk(c, keys)
 			if err != nil {
 				return err
 			}
@@ -96,7 +96,7 @@ func (l *Log) RepairIndex(ctx context.Context, dryRun bool, progress func(done, 
 				}
 				out = append(out, rep)
 			}
-			keys.Reset()
+			keys.reset()
 			damaged = ""
 			if progress != nil {
 				progress(e.Index+1, end)
@@ -125,7 +125,7 @@ func indexKind(name string) byte {
 
 // rewriteChunk replaces chunk c of kind's index with the keys rebuilt in k
 // (every position set), in one synced batch.
-func (l *Log) rewriteChunk(kind byte, c uint64, k *ChunkKeys) error {
+func (l *Log) rewriteChunk(kind byte, c uint64, k *chunkKeys) error {
 	hs := k.id
 	if kind == kindHashIndex {
 		hs = k.leaf

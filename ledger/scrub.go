@@ -11,7 +11,6 @@ import (
 	"runtime"
 	"sort"
 	"sync"
-	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -194,12 +193,12 @@ func (r *RawLog) Checkpoints() ([]RawCheckpoint, error) {
 	return out, it.Error()
 }
 
-// IndexChunks returns the number of id and leaf-hash index chunks the log
+// indexChunks returns the number of id and leaf-hash index chunks the log
 // records as ingested, and the number present in storage (one more than the
 // highest chunk that has a key). Each chunk covers 65,536 entries, so
 // either count beyond Size()/65,536 means the store lost entries it had
 // indexed.
-func (r *RawLog) IndexChunks() (recorded, stored uint64, err error) {
+func (r *RawLog) indexChunks() (recorded, stored uint64, err error) {
 	v, closer, err := r.r.Get(chunksKey(r.id))
 	switch {
 	case err == nil:
@@ -225,9 +224,9 @@ func (r *RawLog) IndexChunks() (recorded, stored uint64, err error) {
 	return recorded, stored, nil
 }
 
-// EntryAbove returns the index of the first entry stored at or above size,
+// entryAbove returns the index of the first entry stored at or above size,
 // if any: the tree recorded does not cover it.
-func (r *RawLog) EntryAbove(size uint64) (index uint64, found bool, err error) {
+func (r *RawLog) entryAbove(size uint64) (index uint64, found bool, err error) {
 	it, err := r.r.NewIter(&pebble.IterOptions{LowerBound: entryKey(r.id, size), UpperBound: logKey(kindEntry, r.id+1, 0)})
 	if err != nil {
 		return 0, false, err
@@ -241,25 +240,23 @@ func (r *RawLog) EntryAbove(size uint64) (index uint64, found bool, err error) {
 	return 0, false, it.Error()
 }
 
-// IndexChunkEntries is how many entries one index chunk covers.
-const IndexChunkEntries = indexChunk
-
-// ScannedEntry is one stored entry as Scan read it.
+// ScannedEntry is one stored entry as Check (or scan) read it.
 type ScannedEntry struct {
 	Index uint64
 	// LeafHash is recomputed from the stored entry: its payload hashed
 	// again, its leaf encoded and hashed. Zero when Err is set.
 	LeafHash merkle.Hash
-	// IDKey is the id index key of the stored entry's id (the first 8
-	// bytes of its SHA-256, big-endian), for ChunkKeys.SetID. Zero when Err
-	// is set.
-	IDKey uint64
 	// Err is an IntegrityError of kind IntegrityEntryMissing or
 	// IntegrityEntryCorrupt.
 	Err *IntegrityError
-	// Pruned says the stored entry holds only its payload's hash and is
-	// not an oversize record (merkle.MarkOversize): its payload was pruned.
-	Pruned bool
+
+	// idKey is the id index key of the stored entry's id (the first 8
+	// bytes of its SHA-256, big-endian), for chunkKeys.setID; pruned says
+	// the stored entry holds only its payload's hash and is not an
+	// oversize record (merkle.MarkOversize): its payload was pruned. Both
+	// are zero when Err is set.
+	idKey  uint64
+	pruned bool
 }
 
 // A batch handed to Scan's callback holds scanBatchSize entries, or fewer
@@ -271,13 +268,13 @@ const (
 	scanBatchBytes = 1 << 20
 )
 
-// Scan reads the stored entries [from, to) in one pass of one iterator and
+// scan reads the stored entries [from, to) in one pass of one iterator and
 // calls fn with them in index order, in batches. The payload and leaf
 // hashes are recomputed on GOMAXPROCS goroutines while the next batch is
 // read. A missing or undecodable entry is reported in its slot and the scan
 // goes on. fn must not keep the slice after it returns; an error from fn
 // or the end of ctx stops the scan.
-func (r *RawLog) Scan(ctx context.Context, from, to uint64, fn func([]ScannedEntry) error) error {
+func (r *RawLog) scan(ctx context.Context, from, to uint64, fn func([]ScannedEntry) error) error {
 	if from >= to {
 		return nil
 	}
@@ -467,13 +464,14 @@ func (b *scanBatch) hash(log string, i int, sc *scratch) {
 		return
 	}
 	e.LeafHash = h
-	id := sha256.Sum256(unsafe.Slice(unsafe.StringData(sc.leaf.ID), len(sc.leaf.ID)))
-	e.IDKey = binary.BigEndian.Uint64(id[:8])
-	e.Pruned = v[0]&sPruned != 0 && sc.leaf.Marks&merkle.MarkOversize == 0
+	id := sha256.Sum256(sc.entry.id)
+	e.idKey = binary.BigEndian.Uint64(id[:8])
+	e.pruned = sc.entry.flags&sPruned != 0 && sc.entry.marks&merkle.MarkOversize == 0
 }
 
 // scratch is one scan worker's reusable decoding state.
 type scratch struct {
+	entry   storedEntry
 	leaf    merkle.Leaf
 	source  merkle.Source
 	headers []merkle.Header
@@ -481,105 +479,33 @@ type scratch struct {
 	id      []byte // a packed id's text
 }
 
-// leafHash decodes a stored entry (the encoding of appendStored, as
-// decodeStoredAs reads it) without copying and returns its recomputed
-// leaf hash. The decoded leaf aliases b and lives only for this call.
+// leafHash decodes a stored entry (storedEntry.decode, without copying its
+// payload) and returns its recomputed leaf hash; sc.entry holds the
+// decoded entry until the next call.
 func (sc *scratch) leafHash(log string, b []byte) (merkle.Hash, error) {
+	e := &sc.entry
+	var err error
+	if sc.id, err = e.decode(b, sc.id); err != nil {
+		return merkle.Hash{}, err
+	}
 	l := &sc.leaf
-	*l = merkle.Leaf{Log: log}
-	if len(b) < 1 {
-		return merkle.Hash{}, errStored
-	}
-	f := b[0]
-	if f&^sKnown != 0 {
-		return merkle.Hash{}, fmt.Errorf("%w: unknown flag bits %#x", errStored, f&^sKnown)
-	}
-	b = b[1:]
-	bad := false
-	str := func() []byte {
-		n, k := binary.Uvarint(b)
-		if k <= 0 || uint64(len(b)-k) < n {
-			bad = true
-			return nil
-		}
-		v := b[k : k+int(n)]
-		b = b[k+int(n):]
-		return v
-	}
-	uv := func() uint64 {
-		v, k := binary.Uvarint(b)
-		if k <= 0 {
-			bad = true
-			return 0
-		}
-		b = b[k:]
-		return v
-	}
-	if f&sPackedID != 0 {
-		id, rest, ok := unpackID(sc.id[:0], b)
-		if !ok {
-			return merkle.Hash{}, errStored
-		}
-		sc.id, b = id, rest
-		l.ID = alias(id)
-	} else {
-		l.ID = alias(str())
-	}
-	if f&sKey != 0 {
-		k := str()
-		l.HasKey, l.Key = true, k
-		if l.Key == nil {
-			l.Key = []byte{}
-		}
-	}
-	if bad || len(b) < 8 {
-		return merkle.Hash{}, errStored
-	}
-	l.Time = int64(binary.BigEndian.Uint64(b))
-	b = b[8:]
-	l.TimeAssigned = f&sTimeAssigned != 0
-	if f&sSource != 0 {
-		t := str()
-		p := uv()
-		o := uv()
-		sc.source = merkle.Source{Topic: alias(t), Partition: int32(uint32(p)), Offset: int64(o)}
+	*l = merkle.Leaf{Log: log, ID: string(e.id), HasKey: e.flags&sKey != 0, Key: e.key,
+		Time: e.time, TimeAssigned: e.flags&sTimeAssigned != 0, Marks: e.marks}
+	if e.flags&sSource != 0 {
+		sc.source = merkle.Source{Topic: string(e.topic), Partition: e.partition, Offset: e.offset}
 		l.Source = &sc.source
 	}
-	if f&sHeaders != 0 {
-		n := uv()
-		if bad || n == 0 || n > merkle.MaxHeaders {
-			return merkle.Hash{}, errStored
-		}
+	if e.nHeaders > 0 {
 		sc.headers = sc.headers[:0]
-		for range n {
-			k := str()
-			v := str()
-			if bad {
-				return merkle.Hash{}, errStored
-			}
-			if v == nil {
-				v = []byte{}
-			}
-			sc.headers = append(sc.headers, merkle.Header{Key: alias(k), Value: v})
-		}
+		e.eachHeader(func(k, v []byte) {
+			sc.headers = append(sc.headers, merkle.Header{Key: string(k), Value: v})
+		})
 		l.Headers = sc.headers
 	}
-	if bad {
-		return merkle.Hash{}, errStored
-	}
-	if f&sMarks != 0 {
-		if len(b) < 1 {
-			return merkle.Hash{}, errStored
-		}
-		l.Marks, b = b[0], b[1:]
-	}
-	if f&sPruned != 0 {
-		if len(b) != merkle.HashSize {
-			return merkle.Hash{}, fmt.Errorf("%w: pruned payload hash of %d bytes", errStored, len(b))
-		}
-		copy(l.PayloadSHA256[:], b)
+	if e.flags&sPruned != 0 {
+		copy(l.PayloadSHA256[:], e.payload)
 	} else {
-		l.PayloadSHA256 = sha256.Sum256(b)
+		l.PayloadSHA256 = sha256.Sum256(e.payload)
 	}
 	// RFC 6962: SHA-256(0x00 || leaf).
 	buf, err := l.Append(append(sc.buf[:0], 0))
@@ -588,13 +514,4 @@ func (sc *scratch) leafHash(log string, b []byte) (merkle.Hash, error) {
 		return merkle.Hash{}, err
 	}
 	return sha256.Sum256(buf), nil
-}
-
-// alias returns b as a string without copying; b must not change while the
-// string is in use.
-func alias(b []byte) string {
-	if len(b) == 0 {
-		return ""
-	}
-	return unsafe.String(&b[0], len(b))
 }

@@ -18,39 +18,39 @@ import (
 // event would be appended again) or find a wrong candidate.
 const IntegrityIndexMismatch = "index_mismatch"
 
-// ChunkKeys holds the index keys of one index chunk's entries, by position
+// chunkKeys holds the index keys of one index chunk's entries, by position
 // in the chunk, as a checker rebuilt them from the entries: the id index
 // key of each entry's id and the leaf-hash index key of its tree leaf. A
 // position not set is unknown (its entry is missing or does not decode)
 // and is not judged. It holds about 54 bytes per entry (3.4 MiB with its
 // sort buffers).
-type ChunkKeys struct {
+type chunkKeys struct {
 	id, leaf     []uint64
 	idOK, leafOK []bool
-	exp, tmp     []indexEntry // CheckIndexChunk's sort buffers, reused
+	exp, tmp     []indexEntry // checkIndexChunk's sort buffers, reused
 	count        []uint32
 }
 
-// NewChunkKeys returns an empty ChunkKeys.
-func NewChunkKeys() *ChunkKeys {
-	return &ChunkKeys{
+// newChunkKeys returns an empty chunkKeys.
+func newChunkKeys() *chunkKeys {
+	return &chunkKeys{
 		id: make([]uint64, indexChunk), leaf: make([]uint64, indexChunk),
 		idOK: make([]bool, indexChunk), leafOK: make([]bool, indexChunk),
 		count: make([]uint32, 1<<16),
 	}
 }
 
-// Reset forgets every key set.
-func (k *ChunkKeys) Reset() {
+// reset forgets every key set.
+func (k *chunkKeys) reset() {
 	clear(k.idOK)
 	clear(k.leafOK)
 }
 
-// SetID sets the id index key (ScannedEntry.IDKey) of the entry at pos.
-func (k *ChunkKeys) SetID(pos int, idKey uint64) { k.id[pos], k.idOK[pos] = idKey, true }
+// setID sets the id index key (ScannedEntry.idKey) of the entry at pos.
+func (k *chunkKeys) setID(pos int, idKey uint64) { k.id[pos], k.idOK[pos] = idKey, true }
 
-// SetLeaf sets the tree leaf hash of the entry at pos.
-func (k *ChunkKeys) SetLeaf(pos int, h merkle.Hash) {
+// setLeaf sets the tree leaf hash of the entry at pos.
+func (k *chunkKeys) setLeaf(pos int, h merkle.Hash) {
 	k.leaf[pos], k.leafOK[pos] = leafHashKey(h), true
 }
 
@@ -65,12 +65,12 @@ type IndexFinding struct {
 	Detail string
 }
 
-// CheckIndexChunk compares ingested index chunk c of both indexes (packed
+// checkIndexChunk compares ingested index chunk c of both indexes (packed
 // or layout 1, as the chunk record says) with the keys rebuilt from its
 // entries: a key missing, a key not rebuilt, a value that differs. Records
 // of entries whose keys are unknown are left out of the comparison. An
 // error is a read failure, not a finding.
-func (r *RawLog) CheckIndexChunk(c uint64, k *ChunkKeys) ([]IndexFinding, error) {
+func (r *RawLog) checkIndexChunk(c uint64, k *chunkKeys) ([]IndexFinding, error) {
 	packedFrom := uint64(0)
 	v, closer, err := r.r.Get(chunksKey(r.id))
 	switch {

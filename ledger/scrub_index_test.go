@@ -35,7 +35,7 @@ func indexBase(t *testing.T, layout1 bool) (dir string, id uint32) {
 
 // scrubIndexes does what the scrub does for the index chunks of log "x":
 // it rebuilds each ingested chunk's keys from a scan of its entries and
-// compares them with CheckIndexChunk.
+// compares them with checkIndexChunk.
 func scrubIndexes(t *testing.T, dir string, chunks uint64) []IndexFinding {
 	t.Helper()
 	rs, err := OpenRaw(dir, WithLogger(discard))
@@ -48,29 +48,29 @@ func scrubIndexes(t *testing.T, dir string, chunks uint64) []IndexFinding {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	recorded, _, err := r.IndexChunks()
+	recorded, _, err := r.indexChunks()
 	if err != nil || recorded != chunks {
 		t.Fatalf("IndexChunks: %d, %v; want %d", recorded, err, chunks)
 	}
-	keys := NewChunkKeys()
+	keys := newChunkKeys()
 	var out []IndexFinding
-	err = r.Scan(context.Background(), 0, r.Size(), func(es []ScannedEntry) error {
+	err = r.scan(context.Background(), 0, r.Size(), func(es []ScannedEntry) error {
 		for _, e := range es {
 			if e.Index >= recorded*indexChunk {
 				return nil
 			}
 			pos := int(e.Index % indexChunk)
 			if e.Err == nil {
-				keys.SetID(pos, e.IDKey)
-				keys.SetLeaf(pos, e.LeafHash)
+				keys.setID(pos, e.idKey)
+				keys.setLeaf(pos, e.LeafHash)
 			}
 			if pos == indexChunk-1 {
-				fs, err := r.CheckIndexChunk(e.Index/indexChunk, keys)
+				fs, err := r.checkIndexChunk(e.Index/indexChunk, keys)
 				if err != nil {
 					return err
 				}
 				out = append(out, fs...)
-				keys.Reset()
+				keys.reset()
 			}
 		}
 		return nil

@@ -14,9 +14,10 @@ import (
 	"github.com/auditd/auditd/merkle"
 )
 
-// FuzzScanLeafHash checks the scan's copy-free decoder against
-// decodeStored: for any stored value both accept or both refuse it, and
-// the leaf hashes agree.
+// FuzzScanLeafHash checks the scan's leaf hash (storedEntry.decode, hashed
+// in place) against decodeStored (the same decoder, copied into a Record):
+// for any stored value both accept or both refuse it, and the leaf hashes
+// agree.
 func FuzzScanLeafHash(f *testing.F) {
 	for _, s := range fuzzStoredSeeds(f) {
 		f.Add(s)
@@ -84,7 +85,7 @@ func TestRawLogScan(t *testing.T) {
 	}
 	want := uint64(0)
 	batches := 0
-	err = r.Scan(ctx, 0, total, func(es []ScannedEntry) error {
+	err = r.scan(ctx, 0, total, func(es []ScannedEntry) error {
 		batches++
 		for _, e := range es {
 			if e.Index != want {
@@ -125,13 +126,13 @@ func TestRawLogScan(t *testing.T) {
 	// An error from fn stops the scan and is returned.
 	stop := errors.New("stop")
 	calls := 0
-	if err := r.Scan(ctx, 0, total, func([]ScannedEntry) error { calls++; return stop }); err != stop || calls != 1 {
+	if err := r.scan(ctx, 0, total, func([]ScannedEntry) error { calls++; return stop }); err != stop || calls != 1 {
 		t.Errorf("Scan with a failing fn = %v after %d calls", err, calls)
 	}
 	// So does the end of the context.
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if err := r.Scan(cctx, 0, total, func([]ScannedEntry) error { return nil }); !errors.Is(err, context.Canceled) {
+	if err := r.scan(cctx, 0, total, func([]ScannedEntry) error { return nil }); !errors.Is(err, context.Canceled) {
 		t.Errorf("Scan with an ended context = %v", err)
 	}
 }
@@ -259,7 +260,7 @@ func TestRawLogScanBoundsBatchBytes(t *testing.T) {
 	defer r.Close()
 	perBatch := scanBatchBytes/size + 1 // the entry that reaches the bound is the batch's last
 	seen, batches := 0, 0
-	err = r.Scan(ctx, 0, total, func(b []ScannedEntry) error {
+	err = r.scan(ctx, 0, total, func(b []ScannedEntry) error {
 		batches++
 		if len(b) > perBatch {
 			t.Errorf("batch %d holds %d entries of %d bytes, want at most %d", batches, len(b), size, perBatch)

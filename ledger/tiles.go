@@ -16,8 +16,8 @@ import (
 // base hashes), so that any node inside a tile is at most 15 hash operations
 // away and a proof costs one point read per tile level.
 const (
-	tileHeight = 8
-	tileWidth  = 1 << tileHeight
+	tileHeight = merkle.TileHeight
+	tileWidth  = merkle.TileWidth
 	midLevel   = 4
 	midStride  = 1 << midLevel
 )

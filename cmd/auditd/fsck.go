@@ -32,6 +32,7 @@ const (
 )
 
 const fsckUsage = `Usage: auditd fsck --data-dir DIR [--log NAME] [--json] [flags]
+       auditd fsck --server URL --verifier-key KEY [--log NAME] [--json] [flags]
 
 Checks a stopped daemon's ledger offline, trusting nothing it stored. First
 the checks serve runs when it opens the ledger, with serve's code (check
@@ -48,10 +49,20 @@ checkpoint's signature and its consistency with the latest. The store is
 opened read-only: fsck writes nothing and signs nothing. Each finding names
 its log and the entry, tile or checkpoint concerned.
 
+With --server, fsck checks a running auditd through its public API instead,
+trusting nothing it serves: each log's latest checkpoint must verify with
+the verifier key, every entry is read and its leaf recomputed from its
+fields, the tree rebuilt from them is compared with every tile and signed
+checkpoint the server serves, and the checkpoint audit checks the
+checkpoint history. The API serves no level-4 hashes, so an entry and its
+tile that disagree are reported as the entry's. Nothing on the server's
+disk is read: findings about its storage alone need fsck on its data dir.
+
 Exit status:
   0  clean
   1  findings
-  2  fsck could not run (no store, the daemon holds it, unreadable storage, bad key)
+  2  fsck could not run (no store, the daemon holds it, unreadable storage, bad key,
+     a server unreachable or whose checkpoints do not verify)
 
 `
 
@@ -59,6 +70,7 @@ Exit status:
 type fsckFlags struct {
 	dataDir, only, keyFile, vkey string
 	cpDir, guardDir, config      string
+	server                       string
 	jsonOut, quiet               bool
 }
 
@@ -75,6 +87,7 @@ func runFsck(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.cpDir, "checkpoint-dir", "", "the daemon's checkpoint_dir, if it sets one (default DATA-DIR/checkpoints)")
 	fs.StringVar(&f.guardDir, "checkpoint-guard-dir", "", "the daemon's checkpoint_guard_dir, if it sets one; "+guardFlagUsage)
 	fs.StringVar(&f.config, "config", "", "serve's YAML config: defaults for the data dir, key and checkpoint dirs")
+	fs.StringVar(&f.server, "server", "", "check a running auditd at this URL through its public API instead of a data dir (needs --verifier-key or --key-file)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, fsckUsage)
 		fs.PrintDefaults()
@@ -89,12 +102,18 @@ func runFsck(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "auditd fsck: "+format+"\n", a...)
 		return fsckError
 	}
+	if f.server != "" {
+		if f.dataDir != "" || f.config != "" || f.cpDir != "" || f.guardDir != "" || fs.NArg() > 0 {
+			return fail("--server checks a server through its API: no --data-dir, --config, checkpoint dirs or arguments")
+		}
+		return runFsckServer(f, stdout, stderr)
+	}
 	if err := f.fromConfig(); err != nil {
 		return fail("%v", err)
 	}
 	if f.dataDir == "" || fs.NArg() > 0 {
 		fs.Usage()
-		return fail("--data-dir is required and there are no arguments")
+		return fail("--data-dir (or --server) is required and there are no arguments")
 	}
 	guard, err := checkpointGuardDir(f.guardDir)
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/auditd/auditd/api"
 	"github.com/auditd/auditd/ledger"
+	"github.com/auditd/auditd/merkle"
 )
 
 // benchBundleEntries is the size of the log BenchmarkEntryBundles reads.
@@ -134,7 +135,7 @@ func BenchmarkEntryBundles(b *testing.B) {
 		b.Fatal(err)
 	}
 	base := bench.http.URL + "/v1/logs/interop/tile/entries/"
-	const bundles = benchBundleEntries / 256
+	const bundles = benchBundleEntries / merkle.TileWidth
 	var next atomic.Uint64
 	var bytes atomic.Int64
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
@@ -159,7 +160,7 @@ func BenchmarkEntryBundles(b *testing.B) {
 	})
 	el := time.Since(start).Seconds()
 	b.ReportMetric(float64(b.N)/el, "bundles/s")
-	b.ReportMetric(float64(b.N)*256/el, "entries/s")
+	b.ReportMetric(float64(b.N)*merkle.TileWidth/el, "entries/s")
 	b.ReportMetric(float64(bytes.Load())/float64(b.N), "bytes/bundle")
 }
 

@@ -15,7 +15,7 @@ import (
 // read token; the history keeps a bounded number of samples and logs, and
 // a checkpoint's age restarts when it grows.
 func TestInfoAndHistory(t *testing.T) {
-	e := newTestEnv(t, envConfig{opts: api.Options{ReadToken: "r"}, logs: []string{"a", "b", "c"}})
+	e := newTestEnv(t, envConfig{opts: api.Options{Auth: api.Tokens{Read: "r"}}, logs: []string{"a", "b", "c"}})
 	e.token = "r"
 	e.get("/v1/info", http.StatusNotFound)
 	e.get("/v1/history", http.StatusNotFound)

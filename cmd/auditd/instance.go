@@ -24,6 +24,7 @@ import (
 	"github.com/auditd/auditd/internal/buildinfo"
 	"github.com/auditd/auditd/internal/tlsconf"
 	"github.com/auditd/auditd/ledger"
+	"github.com/auditd/auditd/rederive"
 	"github.com/auditd/auditd/web"
 )
 
@@ -54,6 +55,7 @@ type instance struct {
 	// it was asked to.
 	stopping atomic.Bool
 
+	jobs    []rederive.Job // the derivations, compiled once (loadDerivations)
 	key     *signingKey
 	store   *ledger.Store
 	reg     *prometheus.Registry
@@ -221,7 +223,7 @@ func (d *instance) startComponents() error {
 		}
 	}
 	dctx, dcancel := context.WithCancel(context.Background())
-	daemon, ddone, err := startDerivations(dctx, d.store, cfg, d.alerts, d.metrics, logger, afterRun)
+	daemon, ddone, err := startDerivations(dctx, d.store, d.jobs, cfg, d.alerts, d.metrics, logger, afterRun)
 	if err != nil {
 		dcancel()
 		return err
@@ -233,6 +235,7 @@ func (d *instance) startComponents() error {
 	} else {
 		dcancel()
 	}
+	cfg.Checks.jobs = d.jobs
 	checks, stopChecks, err := startChecks(d.store, d.key.verifier, cfg.Checks, d.alerts, d.metrics, logger)
 	if err != nil {
 		return err

@@ -60,7 +60,7 @@ func startChecks(store *ledger.Store, v note.Verifier, cfg ChecksConfig, alerts 
 	if err != nil {
 		return nil, nil, err
 	}
-	invariants, err := invariantCheckers(store, cfg.jobs, cfg.Invariants)
+	invariants, err := invariantCheckers(store, v, cfg.jobs, cfg.Invariants)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -18,8 +18,8 @@ import (
 // TestServeLoadsDerivationsOnce: serve with a derivation that has
 // invariants and whose source has a retention policy (the three consumers
 // of the compiled derivations beside the start-up check) loads and
-// compiles the spec files once. Before, serve loaded them four times and
-// compiled each spec five times.
+// compiles the spec files once. Before, serve loaded them five times and
+// compiled each spec nine times.
 func TestServeLoadsDerivationsOnce(t *testing.T) {
 	dir := t.TempDir()
 	specFile := filepath.Join(dir, "bal.yaml")

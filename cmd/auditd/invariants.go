@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"golang.org/x/mod/sumdb/note"
+
 	"github.com/auditd/auditd/checkers"
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/rederive"
@@ -33,7 +35,7 @@ type InvariantsConfig struct {
 // or one that does not compile, is refused; one read from the
 // configuration file is placed at its file:line:col. A failing key's
 // finding carries the derivation spec's lineage (default 5 entries).
-func invariantCheckers(store *ledger.Store, jobs []rederive.Job, cfg InvariantsConfig) ([]scheduledChecker, error) {
+func invariantCheckers(store *ledger.Store, v note.Verifier, jobs []rederive.Job, cfg InvariantsConfig) ([]scheduledChecker, error) {
 	if len(cfg.Derivations) == 0 {
 		return nil, nil
 	}
@@ -65,7 +67,7 @@ func invariantCheckers(store *ledger.Store, jobs []rederive.Job, cfg InvariantsC
 	if err != nil {
 		return nil, err
 	}
-	return []scheduledChecker{{checkers.NewInvariantCheck(b, rederive.LocalLedger{Store: store}, targets),
+	return []scheduledChecker{{checkers.NewInvariantCheck(b, rederive.LocalLedger{Store: store}, v, targets),
 		checkers.Schedule{Interval: cfg.Interval, Jitter: cfg.Interval / 10}}}, nil
 }
 

@@ -134,7 +134,7 @@ func TestInvariantsConfig(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = invariantCheckers(st, jobs, tc.cfg)
+		_, err = invariantCheckers(st, nil, jobs, tc.cfg)
 		if (err == nil) != tc.ok {
 			t.Errorf("%s: err %v, want ok %v", tc.name, err, tc.ok)
 		}
@@ -190,7 +190,7 @@ checks:
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = invariantCheckers(newTestStore(t), jobs, cfg.Checks.Invariants)
+	_, err = invariantCheckers(newTestStore(t), nil, jobs, cfg.Checks.Invariants)
 	// "value" is line 9, column 20.
 	if want := path + ":9:20: invariant total of bal: "; err == nil || !strings.HasPrefix(err.Error(), want) {
 		t.Fatalf("error %v, want it to start with %q", err, want)

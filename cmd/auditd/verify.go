@@ -238,7 +238,7 @@ func verifyLedger(f verifyFlags, logger *slog.Logger) (rederive.Ledger, func(), 
 	if err != nil {
 		return nil, nil, err
 	}
-	return &rederive.RemoteLedger{Client: client.New(base, v, append(wopts, client.WithTLSConfig(tc))...).WithToken(f.token)}, func() {}, nil
+	return &rederive.RemoteLedger{Client: client.New(base, v, append(wopts, client.WithTLSConfig(tc), client.WithToken(f.token))...)}, func() {}, nil
 }
 
 // writeVerifyReports writes the JSON, JUnit and Markdown reports asked for.

@@ -96,9 +96,7 @@ func startDerivations(ctx context.Context, store *ledger.Store, jobs []rederive.
 // raiseViolation turns a Kafka integrity violation into an alert.
 func raiseViolation(m *alert.Manager, v ingest.Violation, logger *slog.Logger) {
 	d, _ := json.Marshal(v)
-	_, err := m.Fire(alert.Alert{ID: "integrity/" + v.Log + "/" + v.Kind, Kind: alert.KindIntegrity, Subject: v.Log,
-		Labels:  map[string]string{"log": v.Log, "violation": v.Kind},
-		Summary: fmt.Sprintf("log %s: %s", v.Log, v.Detail), Details: d})
+	_, err := m.Fire(alert.LogViolation(v.Log, v.Kind, v.Detail, d))
 	if err != nil {
 		logger.Error("integrity alert not raised", "log", v.Log, "err", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/common/types/traits"
 	"cel.dev/cel-go/ext"
+	"golang.org/x/mod/sumdb/note"
 
 	"github.com/auditd/auditd/internal/plural"
 	"github.com/auditd/auditd/ledger"
@@ -253,18 +254,20 @@ type InvariantTarget struct {
 // each with its inclusion proof in the signed checkpoint the result was
 // pinned at (see attachLineage).
 type InvariantCheck struct {
-	bucket  *ledger.Bucket
-	ledger  rederive.Ledger
-	targets []InvariantTarget
+	bucket   *ledger.Bucket
+	ledger   rederive.Ledger
+	verifier note.Verifier
+	targets  []InvariantTarget
 }
 
 var _ Checker = (*InvariantCheck)(nil)
 
 // NewInvariantCheck returns the invariant check of targets, whose results
 // the derivation runner saves in bucket, read from lg (the lineage of
-// failing keys; nil: findings without lineage).
-func NewInvariantCheck(bucket *ledger.Bucket, lg rederive.Ledger, targets []InvariantTarget) *InvariantCheck {
-	return &InvariantCheck{bucket: bucket, ledger: lg, targets: targets}
+// failing keys; nil: findings without lineage), whose signed checkpoints
+// (the lineage's evidence) verify with v.
+func NewInvariantCheck(bucket *ledger.Bucket, lg rederive.Ledger, v note.Verifier, targets []InvariantTarget) *InvariantCheck {
+	return &InvariantCheck{bucket: bucket, ledger: lg, verifier: v, targets: targets}
 }
 
 // Name implements Checker.
@@ -302,7 +305,7 @@ func (c *InvariantCheck) Run(ctx context.Context, p Progress) error {
 		}
 		if c.ledger != nil && t.Lineage > 0 {
 			// Without its lineage a finding still stands; the pass fails.
-			if err := attachLineage(ctx, c.ledger, t, res, fs); err != nil {
+			if err := attachLineage(ctx, c.ledger, c.verifier, t, res, fs); err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}

@@ -3,7 +3,8 @@ package checkers
 import (
 	"context"
 	"fmt"
-	"strings"
+
+	"golang.org/x/mod/sumdb/note"
 
 	"github.com/auditd/auditd/merkle"
 	"github.com/auditd/auditd/rederive"
@@ -16,7 +17,7 @@ import (
 // with its inclusion proof in the signed checkpoint its log's pin names,
 // and those checkpoints' notes as the finding's evidence. It is a second
 // pass over the source logs, made only when a key fails.
-func attachLineage(ctx context.Context, lg rederive.Ledger, t InvariantTarget, res *fold.Result, fs []Finding) error {
+func attachLineage(ctx context.Context, lg rederive.Ledger, v note.Verifier, t InvariantTarget, res *fold.Result, fs []Finding) error {
 	keys := map[string]bool{}
 	for _, f := range fs {
 		if f.Key != "" && len(keys) < MaxInvariantFindings {
@@ -29,7 +30,7 @@ func attachLineage(ctx context.Context, lg rederive.Ledger, t InvariantTarget, r
 	spans := make([]fold.Span, 0, len(res.Pins))
 	signed := make(map[string]fold.Pin, len(res.Pins))
 	for _, p := range res.Pins {
-		sp, err := signedPin(p)
+		sp, err := signedPin(p, v)
 		if err != nil {
 			return err
 		}
@@ -70,17 +71,21 @@ func attachLineage(ctx context.Context, lg rederive.Ledger, t InvariantTarget, r
 }
 
 // signedPin returns the pin of the signed checkpoint p names (its size and
-// root read from the note), which the run's evidence rests on: p itself
-// when it names none, or when it is that checkpoint.
-func signedPin(p fold.Pin) (fold.Pin, error) {
+// root read from the note, once its signature verifies with v), which the
+// run's evidence rests on: p itself when it names none, or when it is that
+// checkpoint.
+func signedPin(p fold.Pin, v note.Verifier) (fold.Pin, error) {
 	if p.Checkpoint == "" {
 		return p, nil
 	}
-	text, _, ok := strings.Cut(p.Checkpoint, "\n\n")
-	if !ok {
-		return fold.Pin{}, fmt.Errorf("pin of %s: checkpoint is not a signed note", p.Log)
+	if v == nil {
+		return fold.Pin{}, fmt.Errorf("pin of %s: no key to verify its checkpoint with", p.Log)
 	}
-	c, err := merkle.ParseCheckpoint([]byte(text + "\n"))
+	n, err := note.Open([]byte(p.Checkpoint), note.VerifierList(v))
+	if err != nil {
+		return fold.Pin{}, fmt.Errorf("pin of %s: checkpoint: %w", p.Log, err)
+	}
+	c, err := merkle.ParseCheckpoint([]byte(n.Text))
 	if err != nil {
 		return fold.Pin{}, fmt.Errorf("pin of %s: %w", p.Log, err)
 	}

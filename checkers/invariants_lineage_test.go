@@ -72,7 +72,7 @@ func newBalances(t *testing.T, invariants []checkers.InvariantSpec) *balances {
 	if err != nil {
 		t.Fatal(err)
 	}
-	check := checkers.NewInvariantCheck(b, rederive.LocalLedger{Store: st},
+	check := checkers.NewInvariantCheck(b, rederive.LocalLedger{Store: st}, key.verifier,
 		[]checkers.InvariantTarget{{Derivation: d, Invariants: iv, Lineage: specs[0].Lineage}})
 	return &balances{t: t, st: st, key: key, log: l, bucket: b, d: d, check: check}
 }
@@ -311,5 +311,42 @@ func TestInvariantLineageBelowCheckpoint(t *testing.T) {
 		if err := tlog.CheckRecord(proof, int64(size), sroot, int64(e.Index), tlog.Hash(e.LeafHash)); err != nil {
 			t.Errorf("entry %d: %v", e.Index, err)
 		}
+	}
+}
+
+// TestInvariantLineageForgedCheckpoint: a saved result whose pin names a
+// checkpoint note that does not verify with the ledger's key (its root
+// line rewritten, the signature kept) gets no lineage: the pass fails
+// saying so and the finding stands without evidence. Before, the note's
+// text was cut from its signatures unverified, and only the proof against
+// the ledger's own root caught the forged one.
+func TestInvariantLineageForgedCheckpoint(t *testing.T) {
+	bs := newBalances(t, []checkers.InvariantSpec{{Name: "non_negative", PerKey: `key == "bank" || state >= 0`}})
+	bs.add(fund(20)...)
+	bs.add(transfer(acct(5), acct(6), 50))
+	ctx := context.Background()
+	lg := rederive.LocalLedger{Store: bs.st}
+	signed, _, err := lg.Pin(ctx, "xfer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitN(signed.Checkpoint, "\n", 4)
+	lines[2] = base64.StdEncoding.EncodeToString(make([]byte, tlog.HashSize))
+	forged := signed
+	forged.Checkpoint = strings.Join(lines, "\n")
+	res, err := fold.Fold(ctx, bs.d, nil, []fold.Span{{Reader: lg.Reader("xfer", signed), To: signed.Size, Pin: forged}}, fold.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fold.SaveResult(bs.bucket, bs.d, res); err != nil {
+		t.Fatal(err)
+	}
+	c := &collector{}
+	err = bs.check.Run(ctx, c)
+	if err == nil || !strings.Contains(err.Error(), "lineage: pin of xfer: checkpoint") {
+		t.Fatalf("pass error %v, want the checkpoint refused", err)
+	}
+	if len(c.findings) != 1 || c.findings[0].Key != acct(5) || len(c.findings[0].Lineage) != 0 || len(c.findings[0].Evidence) != 0 {
+		t.Fatalf("findings %+v, want the key's finding without lineage or evidence", c.findings)
 	}
 }

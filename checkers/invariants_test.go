@@ -167,7 +167,7 @@ func TestInvariantCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	check := checkers.NewInvariantCheck(b, nil, []checkers.InvariantTarget{{Derivation: d, Invariants: iv}})
+	check := checkers.NewInvariantCheck(b, nil, nil, []checkers.InvariantTarget{{Derivation: d, Invariants: iv}})
 	run := func() []checkers.Finding {
 		t.Helper()
 		c := &collector{}

@@ -244,10 +244,7 @@ func (c *PeerCheck) Run(ctx context.Context, p Progress) error {
 }
 
 func (c *PeerCheck) runPeer(ctx context.Context, peer Peer, p Progress) error {
-	cl := client.New(peer.URL, peer.Verifier, client.WithTLSConfig(peer.TLS))
-	if peer.Token != "" {
-		cl.WithToken(peer.Token)
-	}
+	cl := client.New(peer.URL, peer.Verifier, client.WithTLSConfig(peer.TLS), client.WithToken(peer.Token))
 	ours := map[string]bool{}
 	for _, l := range c.store.Logs() {
 		ours[l.Name] = true

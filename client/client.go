@@ -83,12 +83,6 @@ func New(base string, v note.Verifier, opts ...Option) *Client {
 	return c
 }
 
-// WithToken sets a bearer token for servers whose reads are protected.
-//
-// Deprecated: pass the WithToken option to New; a client is not changed
-// after it is made.
-func (c *Client) WithToken(t string) *Client { c.token = t; return c }
-
 // Origin returns the checkpoint origin of log under the client's key.
 func (c *Client) Origin(log string) string { return c.verifier.Name() + "/" + log }
 

@@ -2,7 +2,6 @@ package rederive
 
 import (
 	"encoding/json"
-	"fmt"
 
 	"github.com/auditd/auditd/alert"
 	"github.com/auditd/auditd/internal/plural"
@@ -42,44 +41,34 @@ func RaiseAlerts(m AlertSyncer, rep *Report) error {
 			errs = append(errs, err)
 		}
 	}
-	labels := map[string]string{"derivation": name}
 	if rep.State != StateError {
 		if rep.State == StateDrift {
 			drift := rep.Drift
 			if len(drift) > maxAlertDrift {
 				drift = drift[:maxAlertDrift]
 			}
-			dl := map[string]string{"derivation": name}
-			if rep.Severity != "" {
-				dl["severity"] = rep.Severity
-			}
-			sync(alert.KindDrift, alert.Alert{ID: "drift/" + name, Labels: dl,
-				Summary: fmt.Sprintf("derivation %s: %s drifted from the ledger (%d missing, %d extra, %d mismatched)",
-					name, plural.N(rep.Confirmed, "key", "keys"), rep.Stats.Missing, rep.Stats.Extra, rep.Stats.Mismatched),
-				Details: details(map[string]any{"pins": rep.Pins, "confirmed": rep.Confirmed, "pending": rep.Pending,
-					"drift": drift, "report": "/v1/derivations/" + name + "/runs/latest"})})
+			sync(alert.KindDrift, alert.Drift(name, rep.Severity, plural.N(rep.Confirmed, "key", "keys"),
+				rep.Stats.Missing, rep.Stats.Extra, rep.Stats.Mismatched,
+				details(map[string]any{"pins": rep.Pins, "confirmed": rep.Confirmed, "pending": rep.Pending,
+					"drift": drift, "report": "/v1/derivations/" + name + "/runs/latest"})))
 		} else {
 			sync(alert.KindDrift)
 		}
 	}
 	if rep.State == StateError && rep.ErrorKind == ErrKindStore {
-		sync(alert.KindStoreError, alert.Alert{ID: "store_error/" + name, Labels: labels,
-			Summary: fmt.Sprintf("derivation %s: the derived store cannot be checked: %s", name, rep.Error),
-			Details: details(map[string]any{"error": rep.Error})})
+		sync(alert.KindStoreError, alert.StoreError(name, rep.Error, details(map[string]any{"error": rep.Error})))
 	} else {
 		sync(alert.KindStoreError)
 	}
 	if rep.State == StateError && rep.ErrorKind != ErrKindStore {
-		sync(alert.KindDerivationError, alert.Alert{ID: "derivation_error/" + name, Labels: labels,
-			Summary: fmt.Sprintf("derivation %s failed (%s): %s", name, rep.ErrorKind, rep.Error),
-			Details: details(map[string]any{"kind": rep.ErrorKind, "error": rep.Error, "errors": rep.Errors})})
+		sync(alert.KindDerivationError, alert.DerivationError(name, rep.ErrorKind, rep.Error,
+			details(map[string]any{"kind": rep.ErrorKind, "error": rep.Error, "errors": rep.Errors})))
 	} else {
 		sync(alert.KindDerivationError)
 	}
 	if len(rep.IncrementalMismatch) > 0 {
-		sync(alert.KindIntegrity, alert.Alert{ID: "integrity/derivation/" + name, Labels: labels,
-			Summary: fmt.Sprintf("derivation %s: the incremental state differs from a full fold on %s", name, plural.N(len(rep.IncrementalMismatch), "key", "keys")),
-			Details: details(map[string]any{"keys": rep.IncrementalMismatch})})
+		sync(alert.KindIntegrity, alert.IncrementalMismatch(name, plural.N(len(rep.IncrementalMismatch), "key", "keys"),
+			details(map[string]any{"keys": rep.IncrementalMismatch})))
 	} else if rep.Mode == "full" && rep.State != StateError {
 		sync(alert.KindIntegrity)
 	}

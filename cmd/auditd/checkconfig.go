@@ -16,7 +16,6 @@ import (
 	"github.com/auditd/auditd/internal/keyfile"
 	"github.com/auditd/auditd/internal/plural"
 	"github.com/auditd/auditd/internal/tlsconf"
-	"github.com/auditd/auditd/rederive/spec"
 	"github.com/auditd/auditd/rederive/store"
 	"github.com/auditd/auditd/witness"
 )
@@ -127,18 +126,15 @@ func checkConfig(path string, extraDerivations []string) (summary string, warnin
 	// Derivations: YAML, CEL, and each store's settings (no I/O).
 	nDeriv := 0
 	if len(cfg.Derivations) > 0 {
-		specs, err := spec.Load(cfg.Derivations...)
+		jobs, ws, err := loadJobs(cfg.Derivations...)
 		if err != nil {
 			add(err)
 		}
-		for _, w := range spec.Warnings(specs) {
+		for _, w := range ws {
 			warnings = append(warnings, w.String())
 		}
-		for _, s := range specs {
-			if _, err := spec.Compile(s); err != nil {
-				add(err)
-				continue
-			}
+		for _, j := range jobs {
+			s := j.Spec
 			st, err := store.Open(context.Background(), s.Store)
 			if err != nil {
 				add(fmt.Errorf("%s:%d: derivation %q: store: %w", s.File, s.Line, s.Name, err))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
 	"sort"
@@ -60,7 +59,7 @@ func startChecks(store *ledger.Store, v note.Verifier, cfg ChecksConfig, alerts 
 	if err != nil {
 		return nil, nil, err
 	}
-	invariants, err := invariantCheckers(store, cfg.derivations, cfg.Invariants)
+	invariants, err := invariantCheckers(store, v, cfg.jobs, cfg.Invariants)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -95,17 +94,13 @@ func startChecks(store *ledger.Store, v note.Verifier, cfg ChecksConfig, alerts 
 // are at /v1/checks/{checker}.
 const maxAlertFindings = 20
 
-// checkAlertPrefix starts the ids of a checker's alerts:
-// integrity/checks/<checker>/<log>/<kind>.
-func checkAlertPrefix(checker string) string { return "integrity/checks/" + checker + "/" }
-
 // raiseCheckAlerts turns a pass into integrity alerts, one per log and
 // kind of finding, with a stable id so that the next pass updates it. A
 // complete pass also resolves the checker's alerts it no longer finds; an
 // incomplete one (it failed or was stopped) says nothing of what it did
 // not reach and resolves nothing.
 func raiseCheckAlerts(m *alert.Manager, pr checkers.PassResult) error {
-	prefix := checkAlertPrefix(pr.Checker)
+	prefix := alert.CheckPrefix(pr.Checker)
 	byKey := map[checkers.LogKind][]checkers.Finding{}
 	for _, f := range pr.Findings {
 		k := checkers.LogKind{Log: f.Log, Kind: f.Kind}
@@ -124,17 +119,11 @@ func raiseCheckAlerts(m *alert.Manager, pr checkers.PassResult) error {
 	keep := map[string]bool{}
 	for _, k := range keys {
 		n := pr.Counts[k]
-		log, subject := k.Log, k.Log
-		if log == "" { // a finding about the store, not one log
-			log, subject = "-", pr.Checker
-		}
-		id := prefix + log + "/" + k.Kind
-		keep[id] = true
 		d, _ := json.Marshal(map[string]any{"checker": pr.Checker, "log": k.Log, "kind": k.Kind, "count": n,
 			"findings": byKey[k], "complete": pr.Complete, "status": "/v1/checks/" + pr.Checker})
-		_, err := m.Fire(alert.Alert{ID: id, Kind: alert.KindIntegrity, Subject: subject,
-			Labels:  map[string]string{"checker": pr.Checker, "log": k.Log, "violation": k.Kind, "severity": findingSeverity(k.Kind)},
-			Summary: fmt.Sprintf("%s found %d %s in log %s", pr.Checker, n, k.Kind, log), Details: d})
+		a := alert.CheckFinding(pr.Checker, k.Log, k.Kind, n, findingSeverity(k.Kind), d)
+		keep[a.ID] = true
+		_, err := m.Fire(a)
 		if err != nil {
 			errs = append(errs, err)
 		}

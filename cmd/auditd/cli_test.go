@@ -158,21 +158,3 @@ func TestConfig(t *testing.T) {
 		t.Errorf("AUDITD_WRITE_TOKEN not applied: %q", c.WriteToken)
 	}
 }
-
-// Issue 10: the load generators left the shipped binary; "auditd bench"
-// says where they went and exits 2, whatever mode it is given.
-func TestBenchMovedToAuditdBench(t *testing.T) {
-	var stderr bytes.Buffer
-	err := benchMovedError(&stderr)
-	if err == nil || exitStatus(err) != 2 {
-		t.Fatalf("%v, exit %d; want 2", err, exitStatus(err))
-	}
-	if !strings.Contains(stderr.String(), "go run ./cmd/auditd-bench <mode>") {
-		t.Fatalf("%q does not point to cmd/auditd-bench", stderr.String())
-	}
-	for _, args := range [][]string{nil, {"append", "-events", "10"}, {"kafka"}} {
-		if err := runBench(args); exitStatus(err) != 2 {
-			t.Fatalf("runBench(%v): %v, want exit 2", args, err)
-		}
-	}
-}

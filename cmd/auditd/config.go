@@ -15,6 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/auditd/auditd/ingest"
+	"github.com/auditd/auditd/rederive"
 )
 
 // Config is auditd serve's configuration, read from a YAML file (--config)
@@ -249,8 +250,9 @@ type ChecksConfig struct {
 	// KafkaReread schedules the Kafka source re-read, on whenever a Kafka
 	// source is configured (see KafkaRereadConfig).
 	KafkaReread KafkaRereadConfig `yaml:"kafka_reread"`
-	// derivations are the derivation spec files (Config.Derivations).
-	derivations []string
+	// jobs are the compiled derivations (Config.Derivations), loaded
+	// once by serve (loadDerivations).
+	jobs []rederive.Job
 	// kafka is the Kafka source's configuration (Config.Kafka).
 	kafka *ingest.KafkaConfig
 }
@@ -355,7 +357,6 @@ func (c *Config) validate() error {
 			return err
 		}
 	}
-	c.Checks.derivations = c.Derivations
 	c.Checks.kafka = c.Kafka
 	if err := c.Checks.KafkaReread.validate(); err != nil {
 		return err
@@ -371,7 +372,7 @@ func (c *Config) validate() error {
 			return fmt.Errorf("config: %w", err)
 		}
 	}
-	if err := c.Retention.validate(c.Derivations); err != nil {
+	if err := c.Retention.validate(); err != nil {
 		return err
 	}
 	if err := c.validateTLS(); err != nil {

@@ -12,7 +12,6 @@ import (
 	"github.com/auditd/auditd/ingest"
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/rederive"
-	"github.com/auditd/auditd/rederive/spec"
 )
 
 // openAlerts starts the alert manager on the ledger's database with the
@@ -41,30 +40,32 @@ func openAlerts(store *ledger.Store, cfg Config, logger *slog.Logger) (*alert.Ma
 	return alert.NewManager(kv, alert.Options{Sinks: sinks, Logger: logger})
 }
 
-// startDerivations compiles the configured derivations and starts the
-// daemon that checks them until ctx ends; done closes when it has stopped.
-// It returns a nil daemon when none are configured.
-// onRun, if set, is told the name of each derivation after each of its runs
-// (the invariant check runs then).
-func startDerivations(ctx context.Context, store *ledger.Store, cfg Config, alerts *alert.Manager, reg prometheus.Registerer, logger *slog.Logger,
-	onRun func(derivation string)) (daemon *rederive.Daemon, done <-chan struct{}, err error) {
-	if len(cfg.Derivations) == 0 {
-		return nil, nil, nil
-	}
-	specs, err := spec.Load(cfg.Derivations...)
+// loadJobs is rederive.LoadJobs; a test counts its calls.
+var loadJobs = rederive.LoadJobs
+
+// loadDerivations loads and compiles the derivation spec files, once for
+// everything serve does with them (the daemon, the invariants, retention's
+// snapshots), and logs their warnings. serve calls it before it makes the
+// data dir and the key, so a spec that does not compile leaves neither.
+func loadDerivations(files []string, logger *slog.Logger) ([]rederive.Job, error) {
+	jobs, warnings, err := loadJobs(files...)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	for _, w := range spec.Warnings(specs) {
+	for _, w := range warnings {
 		logger.Warn("derivation spec", "warning", w.String())
 	}
-	var jobs []rederive.Job
-	for _, s := range specs {
-		d, err := spec.Compile(s)
-		if err != nil {
-			return nil, nil, err
-		}
-		jobs = append(jobs, rederive.Job{Spec: s, Derivation: d})
+	return jobs, nil
+}
+
+// startDerivations starts the daemon that checks the compiled derivations
+// until ctx ends; done closes when it has stopped. It returns a nil daemon
+// when none are configured. onRun, if set, is told the name of each
+// derivation after each of its runs (the invariant check runs then).
+func startDerivations(ctx context.Context, store *ledger.Store, jobs []rederive.Job, cfg Config, alerts *alert.Manager, reg prometheus.Registerer, logger *slog.Logger,
+	onRun func(derivation string)) (daemon *rederive.Daemon, done <-chan struct{}, err error) {
+	if len(jobs) == 0 {
+		return nil, nil, nil
 	}
 	bucket, err := store.Bucket("derive")
 	if err != nil {
@@ -95,29 +96,8 @@ func startDerivations(ctx context.Context, store *ledger.Store, cfg Config, aler
 // raiseViolation turns a Kafka integrity violation into an alert.
 func raiseViolation(m *alert.Manager, v ingest.Violation, logger *slog.Logger) {
 	d, _ := json.Marshal(v)
-	_, err := m.Fire(alert.Alert{ID: "integrity/" + v.Log + "/" + v.Kind, Kind: alert.KindIntegrity, Subject: v.Log,
-		Labels:  map[string]string{"log": v.Log, "violation": v.Kind},
-		Summary: fmt.Sprintf("log %s: %s", v.Log, v.Detail), Details: d})
+	_, err := m.Fire(alert.LogViolation(v.Log, v.Kind, v.Detail, d))
 	if err != nil {
 		logger.Error("integrity alert not raised", "log", v.Log, "err", err)
 	}
-}
-
-// checkDerivationSpecs loads and compiles the derivation spec files, so
-// that serve refuses one that does not before it makes the data dir and
-// the key (startDerivations loads them again to run them).
-func checkDerivationSpecs(files []string) error {
-	if len(files) == 0 {
-		return nil
-	}
-	specs, err := spec.Load(files...)
-	if err != nil {
-		return err
-	}
-	for _, s := range specs {
-		if _, err := spec.Compile(s); err != nil {
-			return err
-		}
-	}
-	return nil
 }

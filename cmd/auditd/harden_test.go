@@ -291,11 +291,6 @@ func TestUsageErrorsExit2(t *testing.T) {
 		"demo extra arg":   runDemo([]string{"x"}),
 		"keygen bad flag":  runKeygen([]string{"--no-such-flag"}),
 		"keygen extra arg": runKeygen([]string{"-out", filepath.Join(dir, "k"), "x"}),
-		"bench no mode":    runBench(nil),
-		"bench bad mode":   runBench([]string{"nope"}),
-		"bench bad flag":   runBench([]string{"append", "--no-such-flag"}),
-		"bench kafka flag": runBench([]string{"kafka", "--no-such-flag"}),
-		"bench derive":     runBench([]string{"derive", "--no-such-flag"}),
 	} {
 		if err == nil || exitStatus(err) != 2 {
 			t.Errorf("%s: %v, exit %d; want 2", name, err, exitStatus(err))

@@ -24,6 +24,7 @@ import (
 	"github.com/auditd/auditd/internal/buildinfo"
 	"github.com/auditd/auditd/internal/tlsconf"
 	"github.com/auditd/auditd/ledger"
+	"github.com/auditd/auditd/rederive"
 	"github.com/auditd/auditd/web"
 )
 
@@ -54,7 +55,8 @@ type instance struct {
 	// it was asked to.
 	stopping atomic.Bool
 
-	started time.Time // when serve began (GET /v1/info)
+	started time.Time      // when serve began (GET /v1/info)
+	jobs    []rederive.Job // the derivations, compiled once (loadDerivations)
 	key     *signingKey
 	store   *ledger.Store
 	reg     *prometheus.Registry
@@ -229,7 +231,7 @@ func (d *instance) startComponents() error {
 		}
 	}
 	dctx, dcancel := context.WithCancel(context.Background())
-	daemon, ddone, err := startDerivations(dctx, d.store, cfg, d.alerts, d.metrics, logger, afterRun)
+	daemon, ddone, err := startDerivations(dctx, d.store, d.jobs, cfg, d.alerts, d.metrics, logger, afterRun)
 	if err != nil {
 		dcancel()
 		return err
@@ -241,6 +243,7 @@ func (d *instance) startComponents() error {
 	} else {
 		dcancel()
 	}
+	cfg.Checks.jobs = d.jobs
 	checks, stopChecks, err := startChecks(d.store, d.key.verifier, cfg.Checks, d.alerts, d.metrics, logger)
 	if err != nil {
 		return err

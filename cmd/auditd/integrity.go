@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"sync"
 
@@ -32,7 +31,7 @@ func newIntegrityAlerts(logger *slog.Logger) *integrityAlerts {
 // handle is the ledger's integrity handler.
 func (a *integrityAlerts) handle(e *ledger.IntegrityError) {
 	a.mu.Lock()
-	a.pending["integrity/"+e.Log+"/"+e.Kind] = *e
+	a.pending[alert.LogViolation(e.Log, e.Kind, "", nil).ID] = *e
 	a.mu.Unlock()
 	a.wake.poke()
 }
@@ -87,11 +86,9 @@ func (a *integrityAlerts) flush(m *alert.Manager) {
 	batch := a.pending
 	a.pending = map[string]ledger.IntegrityError{}
 	a.mu.Unlock()
-	for id, e := range batch {
+	for _, e := range batch {
 		d, _ := json.Marshal(map[string]any{"log": e.Log, "kind": e.Kind, "index": e.Index, "detail": e.Detail})
-		_, err := m.Fire(alert.Alert{ID: id, Kind: alert.KindIntegrity, Subject: e.Log,
-			Labels:  map[string]string{"log": e.Log, "violation": e.Kind, "severity": "critical"},
-			Summary: fmt.Sprintf("log %s: %s", e.Log, e.Error()), Details: d})
+		_, err := m.Fire(alert.LogViolation(e.Log, e.Kind, e.Error(), d))
 		if err != nil {
 			a.logger.Error("integrity alert not raised", "log", e.Log, "kind", e.Kind, "err", err)
 		}

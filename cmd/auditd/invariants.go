@@ -7,10 +7,11 @@ import (
 	"slices"
 	"time"
 
+	"golang.org/x/mod/sumdb/note"
+
 	"github.com/auditd/auditd/checkers"
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/rederive"
-	"github.com/auditd/auditd/rederive/spec"
 )
 
 // InvariantsConfig declares invariants over derivations' state
@@ -30,37 +31,26 @@ type InvariantsConfig struct {
 }
 
 // invariantCheckers is the invariant check as the daemon schedules it,
-// none without invariants. An invariant of a derivation not declared in
-// files, or one that does not compile, is refused; one read from the
+// none without invariants. An invariant of a derivation not among jobs,
+// or one that does not compile, is refused; one read from the
 // configuration file is placed at its file:line:col. A failing key's
 // finding carries the derivation spec's lineage (default 5 entries).
-func invariantCheckers(store *ledger.Store, files []string, cfg InvariantsConfig) ([]scheduledChecker, error) {
+func invariantCheckers(store *ledger.Store, v note.Verifier, jobs []rederive.Job, cfg InvariantsConfig) ([]scheduledChecker, error) {
 	if len(cfg.Derivations) == 0 {
 		return nil, nil
 	}
 	if cfg.Interval < 0 {
 		return nil, fmt.Errorf("config: checks.invariants.interval must not be negative")
 	}
-	var specs []*spec.Spec
-	if len(files) > 0 {
-		var err error
-		if specs, err = spec.Load(files...); err != nil {
-			return nil, err
-		}
-	}
-	byName := map[string]*spec.Spec{}
-	for _, s := range specs {
-		byName[s.Name] = s
+	byName := map[string]rederive.Job{}
+	for _, j := range jobs {
+		byName[j.Spec.Name] = j
 	}
 	var targets []checkers.InvariantTarget
 	for _, name := range slices.Sorted(maps.Keys(cfg.Derivations)) {
-		s, ok := byName[name]
+		j, ok := byName[name]
 		if !ok {
 			return nil, fmt.Errorf("config: checks.invariants: no derivation %q in the derivations files", name)
-		}
-		d, err := spec.Compile(s)
-		if err != nil {
-			return nil, err
 		}
 		iv, err := checkers.CompileInvariants(name, cfg.Derivations[name])
 		var ie *checkers.InvariantError
@@ -71,13 +61,13 @@ func invariantCheckers(store *ledger.Store, files []string, cfg InvariantsConfig
 		if err != nil {
 			return nil, fmt.Errorf("config: checks.invariants: %w", err)
 		}
-		targets = append(targets, checkers.InvariantTarget{Derivation: d, Invariants: iv, Lineage: s.Lineage})
+		targets = append(targets, checkers.InvariantTarget{Derivation: j.Derivation, Invariants: iv, Lineage: j.Spec.Lineage})
 	}
 	b, err := store.Bucket("derive")
 	if err != nil {
 		return nil, err
 	}
-	return []scheduledChecker{{checkers.NewInvariantCheck(b, rederive.LocalLedger{Store: store}, targets),
+	return []scheduledChecker{{checkers.NewInvariantCheck(b, rederive.LocalLedger{Store: store}, v, targets),
 		checkers.Schedule{Interval: cfg.Interval, Jitter: cfg.Interval / 10}}}, nil
 }
 

@@ -130,7 +130,11 @@ func TestInvariantsConfig(t *testing.T) {
 		{"bad expression", InvariantsConfig{Derivations: map[string][]checkers.InvariantSpec{"bal": {{Name: "n", PerKey: "state >="}}}}, false},
 	} {
 		st := newTestStore(t)
-		_, err := invariantCheckers(st, []string{spec}, tc.cfg)
+		jobs, _, err := loadJobs(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = invariantCheckers(st, nil, jobs, tc.cfg)
 		if (err == nil) != tc.ok {
 			t.Errorf("%s: err %v, want ok %v", tc.name, err, tc.ok)
 		}
@@ -182,7 +186,11 @@ checks:
 	if err := cfg.validate(); err != nil {
 		t.Fatal(err)
 	}
-	_, err = invariantCheckers(newTestStore(t), cfg.Derivations, cfg.Checks.Invariants)
+	jobs, _, err := loadJobs(cfg.Derivations...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = invariantCheckers(newTestStore(t), nil, jobs, cfg.Checks.Invariants)
 	// "value" is line 9, column 20.
 	if want := path + ":9:20: invariant total of bal: "; err == nil || !strings.HasPrefix(err.Error(), want) {
 		t.Fatalf("error %v, want it to start with %q", err, want)

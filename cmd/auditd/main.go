@@ -66,8 +66,6 @@ func main() {
 		os.Exit(runStatus(args, os.Stdout, os.Stderr))
 	case "alerts":
 		os.Exit(runAlerts(args, os.Stdout, os.Stderr))
-	case "bench":
-		err = runBench(args)
 	case "version", "--version":
 		os.Exit(runVersion(args, os.Stdout, os.Stderr))
 	case "-h", "--help", "help":

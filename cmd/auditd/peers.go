@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/mod/sumdb/note"
 
+	"github.com/auditd/auditd/alert"
 	"github.com/auditd/auditd/checkers"
 	"github.com/auditd/auditd/internal/keyfile"
 	"github.com/auditd/auditd/internal/redact"
@@ -159,7 +160,7 @@ func checkerCollectors(scs []scheduledChecker) []prometheus.Collector {
 // forks first, is critical.
 func findingSeverity(kind string) string {
 	if kind == ledger.IntegrityPeerCheckpointBad {
-		return "warning"
+		return alert.SeverityWarning
 	}
-	return "critical"
+	return alert.SeverityCritical
 }

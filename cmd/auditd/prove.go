@@ -126,7 +126,7 @@ func prove(f proveFlags, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	c := client.New(base, v, append(wopts, client.WithTLSConfig(tc))...).WithToken(f.token)
+	c := client.New(base, v, append(wopts, client.WithTLSConfig(tc), client.WithToken(f.token))...)
 	checked := func(err error) error {
 		if errors.Is(err, client.ErrVerification) {
 			return proveFailure{1, err}

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/auditd/auditd/ledger"
-	"github.com/auditd/auditd/rederive/spec"
+	"github.com/auditd/auditd/rederive"
 )
 
 const pruneUsage = `Usage: auditd prune --data-dir DIR --log NAME --before INDEX|TIME|AGE [flags]
@@ -118,11 +118,11 @@ func (f *pruneFlags) fromConfig() error {
 	if len(cfg.Derivations) == 0 || f.log == "" {
 		return nil
 	}
-	specs, err := spec.Load(cfg.Derivations...)
+	jobs, _, err := loadJobs(cfg.Derivations...)
 	if err != nil {
 		return err
 	}
-	if err := derivationGuard(specs)(f.log); err != nil {
+	if err := derivationGuard(rederive.Specs(jobs))(f.log); err != nil {
 		return fmt.Errorf("%w: its folds would fail on the pruned range, and this command makes no snapshot of its state; prune it with serve's retention policy (retention: in the config), which snapshots the derivation first (docs/derivations.md, \"Snapshots\")", err)
 	}
 	return nil

@@ -143,7 +143,7 @@ func (r *reloader) apply(d *instance) (string, error) {
 		if next, err = load(); err != nil {
 			return "", err
 		}
-		if err := checkDerivationSpecs(next.Derivations); err != nil { // derive.go
+		if _, _, err := loadJobs(next.Derivations...); err != nil { // derive.go: specs that do not compile refuse the reload
 			return "", err
 		}
 	}
@@ -196,7 +196,7 @@ func sameValue(a, b any) bool {
 func configChanges(a, b Config) []string {
 	// What validate derives from other keys is not compared twice.
 	for _, c := range []*Config{&a, &b} {
-		c.Checks.derivations, c.Checks.kafka = nil, nil
+		c.Checks.jobs, c.Checks.kafka = nil, nil
 		c.reloadFrom = nil
 	}
 	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)

@@ -63,10 +63,9 @@ type RetentionLogConfig struct {
 	KeepEntries uint64 `yaml:"keep_entries"`
 }
 
-// validate checks the policies, and the derivations' spec files they are
-// applied beside (a policy on a derivation's source is allowed: the
-// daemon snapshots the derivation before pruning).
-func (r *RetentionConfig) validate(derivations []string) error {
+// validate checks the policies (a policy on a derivation's source is
+// allowed: the daemon snapshots the derivation before pruning).
+func (r *RetentionConfig) validate() error {
 	if len(r.Logs) == 0 {
 		return nil
 	}
@@ -81,11 +80,7 @@ func (r *RetentionConfig) validate(derivations []string) error {
 			return fmt.Errorf("config: retention.logs[%d] (%s): set max_age (positive) and/or keep_entries", i, p.Log)
 		}
 	}
-	if len(derivations) == 0 {
-		return nil
-	}
-	_, err := spec.Load(derivations...)
-	return err
+	return nil
 }
 
 // overlaps reports whether two log names or patterns name one log: equal,
@@ -158,20 +153,7 @@ func (d *instance) startRetention() error {
 // checkpoint key. A derivation without a saved result stops the pruning
 // of its sources (0).
 func (d *instance) snapshotLimit() (func(log string) (uint64, error), error) {
-	var jobs []rederive.Job
-	if len(d.cfg.Derivations) > 0 {
-		specs, err := spec.Load(d.cfg.Derivations...)
-		if err != nil {
-			return nil, err
-		}
-		for _, s := range specs {
-			dv, err := spec.Compile(s)
-			if err != nil {
-				return nil, err
-			}
-			jobs = append(jobs, rederive.Job{Spec: s, Derivation: dv})
-		}
-	}
+	jobs := d.jobs
 	bucket, err := d.store.Bucket("derive")
 	if err != nil {
 		return nil, err

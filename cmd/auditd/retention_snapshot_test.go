@@ -51,7 +51,11 @@ func TestRetentionLimitSnapshotsDerivation(t *testing.T) {
 	}
 	cfg := testConfig(t)
 	cfg.Derivations = []string{specFile}
-	d := &instance{cfg: cfg, log: slog.New(slog.DiscardHandler), key: k, store: st}
+	jobs, _, err := loadJobs(specFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &instance{cfg: cfg, log: slog.New(slog.DiscardHandler), key: k, store: st, jobs: jobs}
 	limit, err := d.snapshotLimit()
 	if err != nil {
 		t.Fatal(err)

@@ -61,7 +61,8 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 	logger.Info("auditd starting", "version", in.Version, "revision", in.Revision, "dirty", in.Dirty, "go", in.GoVersion)
 	// The derivations' specs, certificates next, then bind: a bad spec, a
 	// bad certificate or a port in use leaves no data dir and no key behind.
-	if err := checkDerivationSpecs(cfg.Derivations); err != nil { // derive.go
+	jobs, err := loadDerivations(cfg.Derivations, logger) // derive.go
+	if err != nil {
 		return asConfigError(err)
 	}
 	stls, err := serverTLS(cfg, logger) // tls.go
@@ -76,6 +77,7 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- st
 	ln, scheme := tlsListener(ln, stls)
 	d := newInstance(ctx, cfg, logger)
 	defer d.shutdown()
+	d.jobs = jobs
 	d.tls = stls
 	stopHUP := onSIGHUP(d.reloadOnSignal) // reload.go
 	defer stopHUP()

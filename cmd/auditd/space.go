@@ -7,10 +7,6 @@ import (
 	"github.com/auditd/auditd/alert"
 )
 
-// diskFullAlert is the id of the alert that fires while the ledger refuses
-// appends for lack of disk space.
-const diskFullAlert = "storage/disk_full"
-
 // spaceAlerts fires the alert storage/disk_full while the ledger refuses
 // appends for lack of disk space, and resolves it once they resume. The
 // ledger tells it from its disk space guard (ledger.WithDiskSpaceHandler),
@@ -49,16 +45,14 @@ func (a *spaceAlerts) flush(m *alert.Manager) {
 		return
 	}
 	if err == nil {
-		if _, firing := m.Get(diskFullAlert); firing {
-			if rerr := m.Resolve(diskFullAlert); rerr != nil {
+		if _, firing := m.Get(alert.DiskFullID); firing {
+			if rerr := m.Resolve(alert.DiskFullID); rerr != nil {
 				a.logger.Error("disk full alert not resolved", "err", rerr)
 			}
 		}
 		return
 	}
-	_, ferr := m.Fire(alert.Alert{ID: diskFullAlert, Kind: alert.KindStorage, Subject: "ledger",
-		Labels:  map[string]string{"severity": "critical"},
-		Summary: "appends refused: " + err.Error()})
+	_, ferr := m.Fire(alert.DiskFull(err.Error()))
 	if ferr != nil {
 		a.logger.Error("disk full alert not raised", "err", ferr)
 	}

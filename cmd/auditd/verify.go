@@ -21,7 +21,6 @@ import (
 	"github.com/auditd/auditd/client"
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/rederive"
-	"github.com/auditd/auditd/rederive/spec"
 )
 
 // Exit codes of auditd verify.
@@ -170,31 +169,27 @@ func verifyJobs(config, only string) ([]rederive.Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	specs, err := spec.Load(files...)
-	if err != nil {
-		return nil, err
-	}
-	for _, w := range spec.Warnings(specs) {
-		fmt.Fprintf(os.Stderr, "auditd verify: warning: %s\n", w)
-	}
-	var jobs []rederive.Job
 	want := map[string]bool{}
 	for _, n := range strings.Split(only, ",") {
 		if n = strings.TrimSpace(n); n != "" {
 			want[n] = true
 		}
 	}
+	all, warnings, err := loadJobs(files...)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range warnings {
+		fmt.Fprintf(os.Stderr, "auditd verify: warning: %s\n", w)
+	}
+	var jobs []rederive.Job
 	found := map[string]bool{}
-	for _, s := range specs {
-		if len(want) > 0 && !want[s.Name] {
+	for _, j := range all {
+		if len(want) > 0 && !want[j.Spec.Name] {
 			continue
 		}
-		found[s.Name] = true
-		d, err := spec.Compile(s)
-		if err != nil {
-			return nil, err
-		}
-		jobs = append(jobs, rederive.Job{Spec: s, Derivation: d})
+		found[j.Spec.Name] = true
+		jobs = append(jobs, j)
 	}
 	for n := range want {
 		if !found[n] {
@@ -243,7 +238,7 @@ func verifyLedger(f verifyFlags, logger *slog.Logger) (rederive.Ledger, func(), 
 	if err != nil {
 		return nil, nil, err
 	}
-	return &rederive.RemoteLedger{Client: client.New(base, v, append(wopts, client.WithTLSConfig(tc))...).WithToken(f.token)}, func() {}, nil
+	return &rederive.RemoteLedger{Client: client.New(base, v, append(wopts, client.WithTLSConfig(tc), client.WithToken(f.token))...)}, func() {}, nil
 }
 
 // writeVerifyReports writes the JSON, JUnit and Markdown reports asked for.

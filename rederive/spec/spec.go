@@ -21,6 +21,7 @@ import (
 
 	"github.com/auditd/auditd/rederive/celfold"
 	"github.com/auditd/auditd/rederive/compare"
+	"github.com/auditd/auditd/rederive/fold"
 	"github.com/auditd/auditd/rederive/store"
 )
 
@@ -176,7 +177,14 @@ func joinErrors(errs []*Error) error {
 // across all of them. Every error of every file is reported (errors.Join of
 // *Error).
 func Load(paths ...string) ([]*Spec, error) {
-	var specs []*Spec
+	specs, _, err := LoadCompiled(paths...)
+	return specs, err
+}
+
+// LoadCompiled is Load that also returns each spec's derivation, compiled
+// while the files were checked (Compile's, without compiling again):
+// derivations[i] is specs[i]'s.
+func LoadCompiled(paths ...string) (specs []*Spec, derivations []fold.Derivation, err error) {
 	var errs []error
 	for _, p := range paths {
 		data, err := os.ReadFile(p)
@@ -184,11 +192,12 @@ func Load(paths ...string) ([]*Spec, error) {
 			errs = append(errs, &Error{File: p, Msg: err.Error()})
 			continue
 		}
-		ss, err := Parse(p, data)
+		ss, ds, err := parse(p, data)
 		if err != nil {
 			errs = append(errs, err)
 		}
 		specs = append(specs, ss...)
+		derivations = append(derivations, ds...)
 	}
 	seen := make(map[string]*Spec)
 	for _, s := range specs {
@@ -202,9 +211,9 @@ func Load(paths ...string) ([]*Spec, error) {
 		seen[s.Name] = s
 	}
 	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+		return nil, nil, errors.Join(errs...)
 	}
-	return specs, nil
+	return specs, derivations, nil
 }
 
 // Parse parses one spec file: a YAML mapping whose only key is
@@ -212,23 +221,29 @@ func Load(paths ...string) ([]*Spec, error) {
 // fields are errors; CEL expressions are compiled and type-checked. Every
 // error of the file is reported (errors.Join of *Error).
 func Parse(file string, data []byte) ([]*Spec, error) {
+	specs, _, err := parse(file, data)
+	return specs, err
+}
+
+// parse is Parse that also returns each spec's compiled derivation.
+func parse(file string, data []byte) ([]*Spec, []fold.Derivation, error) {
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
-		return nil, joinErrors([]*Error{yamlSyntaxError(file, err)})
+		return nil, nil, joinErrors([]*Error{yamlSyntaxError(file, err)})
 	}
 	if e := checkAliasing(file, &root); e != nil {
-		return nil, joinErrors([]*Error{e})
+		return nil, nil, joinErrors([]*Error{e})
 	}
 	top := &root
 	if top.Kind == yaml.DocumentNode && len(top.Content) == 1 {
 		top = top.Content[0]
 	}
-	fail := func(n *yaml.Node, format string, args ...any) ([]*Spec, error) {
+	fail := func(n *yaml.Node, format string, args ...any) ([]*Spec, []fold.Derivation, error) {
 		e := &Error{File: file, Msg: fmt.Sprintf(format, args...)}
 		if n != nil {
 			e.Line, e.Column = n.Line, n.Column
 		}
-		return nil, joinErrors([]*Error{e})
+		return nil, nil, joinErrors([]*Error{e})
 	}
 	if top.Kind == 0 || top.Kind == yaml.DocumentNode {
 		return fail(nil, `empty file: want a mapping with a "derivations" list`)
@@ -269,21 +284,22 @@ func Parse(file string, data []byte) ([]*Spec, error) {
 		}
 	}
 	if d.tooBig != nil {
-		return nil, joinErrors([]*Error{d.tooBig}) // the rest is cut short
+		return nil, nil, joinErrors([]*Error{d.tooBig}) // the rest is cut short
 	}
 	errs := d.errs
 	if n := celSourceBytes(specs); n > len(data)+specMaxAliasedCEL {
 		// Aliases repeat expressions: each copy would be compiled.
 		e := &Error{File: file, Msg: fmt.Sprintf("aliases (*name) and merge keys (<<) repeat the derivations' CEL expressions to %d bytes, "+
 			"more than the file's %d bytes plus %d: write the expressions out", n, len(data), specMaxAliasedCEL)}
-		return nil, joinErrors(append(errs, e))
+		return nil, nil, joinErrors(append(errs, e))
 	}
 	seen := make(map[string]*Spec)
+	derivations := make([]fold.Derivation, 0, len(specs))
 	for _, s := range specs {
 		errs = append(errs, s.check()...)
-		if _, cerrs := compileCEL(s); len(cerrs) > 0 {
-			errs = append(errs, cerrs...)
-		}
+		d, cerrs := compileCEL(s)
+		errs = append(errs, cerrs...)
+		derivations = append(derivations, d)
 		if s.Name == "" {
 			continue
 		}
@@ -298,9 +314,9 @@ func Parse(file string, data []byte) ([]*Spec, error) {
 		if len(errs) > specMaxErrors {
 			errs = append(errs[:specMaxErrors:specMaxErrors], &Error{File: file, Msg: fmt.Sprintf("more than %d errors; the rest are not shown", specMaxErrors)})
 		}
-		return nil, joinErrors(errs)
+		return nil, nil, joinErrors(errs)
 	}
-	return specs, nil
+	return specs, derivations, nil
 }
 
 // specMaxAliasedCEL bounds how far aliases may grow the CEL source a file

@@ -42,20 +42,6 @@ func Open(ctx context.Context, c Config) (Store, error) {
 	}
 }
 
-func isEnvName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || i > 0 && '0' <= c && c <= '9' {
-			continue
-		}
-		return false
-	}
-	return true
-}
-
 // storeError wraps err, met reading the store named store, in ErrStore. A
 // done ctx wins: a cancelled or expired scan returns ctx.Err() as is.
 func storeError(ctx context.Context, store string, err error) error {

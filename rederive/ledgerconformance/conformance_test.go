@@ -1,4 +1,4 @@
-package ledgertest_test
+package ledgerconformance_test
 
 import (
 	"log/slog"
@@ -8,11 +8,11 @@ import (
 	"github.com/auditd/auditd/api"
 	"github.com/auditd/auditd/client"
 	"github.com/auditd/auditd/rederive"
-	"github.com/auditd/auditd/rederive/ledgertest"
+	"github.com/auditd/auditd/rederive/ledgerconformance"
 )
 
 func TestLocalLedger(t *testing.T) {
-	ledgertest.Run(t, func(t *testing.T, f ledgertest.Fixture) rederive.Ledger {
+	ledgerconformance.Run(t, func(t *testing.T, f ledgerconformance.Fixture) rederive.Ledger {
 		return rederive.LocalLedger{Store: f.Store}
 	})
 }
@@ -23,7 +23,7 @@ func TestLocalLedger(t *testing.T) {
 func TestRemoteLedger(t *testing.T) {
 	for _, page := range []uint64{0, 333} {
 		t.Run("page="+map[uint64]string{0: "default", 333: "333"}[page], func(t *testing.T) {
-			ledgertest.Run(t, func(t *testing.T, f ledgertest.Fixture) rederive.Ledger {
+			ledgerconformance.Run(t, func(t *testing.T, f ledgerconformance.Fixture) rederive.Ledger {
 				srv := httptest.NewServer(api.New(f.Store, f.VerifierKey, api.Options{Logger: slog.New(slog.DiscardHandler)}))
 				t.Cleanup(srv.Close)
 				return &rederive.RemoteLedger{Client: client.New(srv.URL, f.Verifier), PageSize: page}

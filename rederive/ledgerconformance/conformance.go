@@ -1,8 +1,8 @@
-// Package ledgertest is the conformance suite of the rederive.Ledger
+// Package ledgerconformance is the conformance suite of the rederive.Ledger
 // contract, run against every implementation: the local store
 // (rederive.LocalLedger) and a remote auditd over HTTP
 // (rederive.RemoteLedger against a real api.Server).
-package ledgertest
+package ledgerconformance
 
 import (
 	"bytes"
@@ -172,7 +172,7 @@ func testProve(t *testing.T, lg rederive.Ledger, f Fixture) {
 // logs, every entry signed.
 func newFixture(t *testing.T) Fixture {
 	t.Helper()
-	skey, vkey, err := note.GenerateKey(rand.Reader, "ledgertest.example")
+	skey, vkey, err := note.GenerateKey(rand.Reader, "ledgerconformance.example")
 	if err != nil {
 		t.Fatal(err)
 	}

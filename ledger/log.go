@@ -247,7 +247,7 @@ func prepare(log string, e *Entry, now time.Time, it *item, slab *[]byte) error 
 }
 
 // persist commits b (the log's name and metadata) through the writer and
-// marks the log persisted. It waits for the writer whatever happens.
+// marks the log persisted.
 func (l *Log) persist(b *pebble.Batch) error {
 	req := &appendReq{persist: b, enq: time.Now(), done: make(chan struct{})}
 	if err := l.w.submit(context.Background(), req); err != nil {

@@ -295,7 +295,7 @@ func (l *Log) admit(r merkle.HashReader) (*IntegrityError, error) {
 	if v.fatal != nil {
 		return nil, errors.New(v.fatal.Detail)
 	}
-	l.pinned = v.pin
+	l.signer.pinned = v.pin
 	if v.bad != nil {
 		l.cp.Store(v.publish)
 		return v.bad, nil
@@ -326,7 +326,7 @@ func (l *Log) admit(r merkle.HashReader) (*IntegrityError, error) {
 			l.s.log.Info(p.what+" brought up to "+from, "log", l.name, "size", v.publish.Size, "file", p.path)
 		}
 	}
-	l.pinned = v.publish
+	l.signer.pinned = v.publish
 	l.cp.Store(v.publish)
 	return nil, nil
 }
@@ -356,9 +356,7 @@ func (s *Store) checkFiles(files map[string]bool, refused map[*Log]*IntegrityErr
 		}
 		l := newLog(s, name, s.nextID)
 		s.nextID++
-		l.w.root = merkle.EmptyRoot()
-		l.w.rng = merkle.NewRange()
-		l.pinned = v.pin
+		l.signer.pinned = v.pin
 		s.logs[name] = l
 		refused[l] = v.bad
 	}
@@ -377,30 +375,4 @@ func (s *Store) checkFiles(files map[string]bool, refused map[*Log]*IntegrityErr
 	}
 	sort.Slice(probs, func(i, j int) bool { return probs[i].Log < probs[j].Log })
 	return &RollbackError{Dir: s.cpFiles.dir, Guard: s.cpFiles.guard, Logs: probs}
-}
-
-// setReadOnly stops the log's appends and signing for good.
-func (l *Log) setReadOnly(e *IntegrityError) {
-	// Not %w: the log is read-only (503), the cause is reported apart.
-	err := fmt.Errorf("%w: %s: %v", ErrReadOnly, l.name, e)
-	l.readOnly.CompareAndSwap(nil, &err)
-}
-
-// ReadOnly returns the error appends to a read-only log get (wrapping
-// ErrReadOnly, naming the integrity failure), or nil if the log is not
-// read-only.
-func (l *Log) ReadOnly() error {
-	if p := l.readOnly.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
-// refusal returns why the log takes no appends: its writer failed or it is
-// read-only.
-func (l *Log) refusal() error {
-	if err := l.Err(); err != nil {
-		return err
-	}
-	return l.ReadOnly()
 }

@@ -41,11 +41,11 @@ const forkDir = "forked"
 func (l *Log) Forked(source, detail string) *IntegrityError {
 	e := l.s.integrity(&IntegrityError{Log: l.name, Index: -1, Kind: IntegrityFork,
 		Detail: fmt.Sprintf("%s: %s", source, detail)})
-	// Under signMu: sign checks readOnly before it signs, so once this
-	// holds the lock no later checkpoint is signed.
-	l.signMu.Lock()
+	// Under the signer's lock: sign checks readOnly before it signs, so
+	// once this holds the lock no later checkpoint is signed.
+	l.signer.mu.Lock()
 	l.setReadOnly(e)
-	l.signMu.Unlock()
+	l.signer.mu.Unlock()
 	if err := l.s.markForked(l.name, e); err != nil {
 		l.s.log.Error("fork mark not written: the log is read-only until a restart only", "log", l.name, "err", err)
 	}

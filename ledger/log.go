@@ -14,50 +14,32 @@ import (
 )
 
 // Log is one append-only Merkle log. Its methods are safe for concurrent use.
+//
+// A log's state has one owner per concern: the appender (the request queue,
+// and the writer and publisher goroutines' state), the signer (its
+// goroutine, lock, pinned checkpoint and cadence) and the status flags
+// (logState). Log itself holds what readers see, each published by one of
+// them: the committed tree and the source position (by the publisher), the
+// latest checkpoint (by the signer), and the id and leaf-hash indexes.
 type Log struct {
 	s    *Store
 	name string
 	id   uint32
-	reqs chan *appendReq
 
 	committed atomic.Pointer[treeState]
 	cp        atomic.Pointer[SignedCheckpoint]
 	cpMu      sync.Mutex
 	cpNext    chan struct{} // closed when a new checkpoint is published
-	failed    atomic.Pointer[error]
-	// readOnly is set when the log contradicts its checkpoint file (see
-	// admit): it takes no appends and never signs.
-	readOnly atomic.Pointer[error]
-	// signMu serializes signing (the signer goroutine, and the writer
-	// when it signs at start, on CreateLog and at close) with the
-	// writer's reload after a failed commit. It guards pinned and
-	// lastSign.
-	signMu sync.Mutex
-	// pinned is the checkpoint the log's checkpoint file holds: the latest
-	// one signed. Guarded by signMu (Open sets it before the goroutines
-	// start).
-	pinned   *SignedCheckpoint
-	lastSign time.Time     // when the latest checkpoint of entries was signed
-	grew     chan struct{} // the writer's nudge to the signer: the tree grew
-	// awaiting holds the acknowledged requests no checkpoint covers yet
-	// (for the checkpoint latency metric).
-	awMu     sync.Mutex
-	awaiting []awaiting
-	stopped  chan struct{} // closed when the writer (and the signer) have exited
-	// persisted is set once the log's name and metadata are durable: by
-	// CreateLog, or by the first commit of a log from LogForAppend.
-	persisted atomic.Bool
 	// tail and chunks are the id and leaf-hash indexes (see index.go).
 	tail   tailIndex
 	chunks atomic.Uint64
-
 	// source is the committed source position (see AppendSource).
 	source atomic.Pointer[[]byte]
 
-	w       writer       // owned by the run goroutine
-	pl      pipeline     // owned by the run goroutine
-	flights chan *flight // the writer's group commits to the publisher, in order
-	held    *appendReq   // a request collect took but left for the next group
+	st      logState
+	w       appender
+	signer                // embedded: tests set its pin and call sign directly
+	stopped chan struct{} // closed when the writer (and the signer) have exited
 }
 
 type treeState struct {
@@ -72,7 +54,11 @@ type SignedCheckpoint struct {
 }
 
 func newLog(s *Store, name string, id uint32) *Log {
-	l := &Log{s: s, name: name, id: id, reqs: make(chan *appendReq, 256), cpNext: make(chan struct{}), grew: make(chan struct{}, 1), stopped: make(chan struct{}), flights: make(chan *flight, maxInFlight)}
+	l := &Log{s: s, name: name, id: id, cpNext: make(chan struct{}), stopped: make(chan struct{})}
+	l.st.fatal = &s.fatal
+	l.w = newAppender(l)
+	l.w.writer = emptyWriter()
+	l.signer = newSigner(l)
 	l.committed.Store(&treeState{root: merkle.EmptyRoot()})
 	l.tail.reset(0)
 	return l
@@ -98,15 +84,19 @@ func (l *Log) Size() uint64 { return l.committed.Load().size }
 func (l *Log) Checkpoint() *SignedCheckpoint { return l.cp.Load() }
 
 // Err returns the error that stopped the log's writer, if any.
-func (l *Log) Err() error {
-	if p := l.failed.Load(); p != nil {
-		return *p
-	}
-	if p := l.s.fatal.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
+func (l *Log) Err() error { return l.st.state().failed }
+
+// ReadOnly returns the error appends to a read-only log get (wrapping
+// ErrReadOnly, naming the integrity failure), or nil if the log is not
+// read-only.
+func (l *Log) ReadOnly() error { return l.st.state().readOnly }
+
+// refusal returns why the log takes no appends: its writer failed or it is
+// read-only.
+func (l *Log) refusal() error { return l.st.state().refusal() }
+
+// setReadOnly stops the log's appends and signing for good.
+func (l *Log) setReadOnly(e *IntegrityError) { l.st.setReadOnly(l.name, e) }
 
 // Appended is the outcome of appending one entry.
 type Appended struct {
@@ -198,30 +188,10 @@ func (l *Log) append(ctx context.Context, entries []Entry, pos []byte) (*AppendR
 			return nil, fmt.Errorf("%w: event %d: %v", ErrInvalid, i, err)
 		}
 	}
-	select {
-	case l.reqs <- req:
-	case <-l.s.quit:
-		return nil, ErrClosed
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	if err := l.w.submit(ctx, req); err != nil {
+		return nil, err
 	}
-	// Once queued the request is carried out even if ctx ends; appends are
-	// idempotent, so a caller that gave up can retry.
-	select {
-	case <-req.done:
-		return req.res, req.err
-	case <-l.stopped:
-		// The writer answers everything queued before it stops; a request
-		// that slipped in after its last drain was never seen.
-		select {
-		case <-req.done:
-			return req.res, req.err
-		default:
-			return nil, ErrClosed
-		}
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+	return req.res, req.err
 }
 
 // storedEstimate is about the size of e's stored form (appendStored): more
@@ -280,22 +250,10 @@ func prepare(log string, e *Entry, now time.Time, it *item, slab *[]byte) error 
 // marks the log persisted.
 func (l *Log) persist(b *pebble.Batch) error {
 	req := &appendReq{persist: b, enq: time.Now(), done: make(chan struct{})}
-	select {
-	case l.reqs <- req:
-	case <-l.s.quit:
-		return ErrClosed
+	if err := l.w.submit(context.Background(), req); err != nil {
+		return err
 	}
-	select {
-	case <-req.done:
-		return req.err
-	case <-l.stopped:
-		select {
-		case <-req.done:
-			return req.err
-		default:
-			return ErrClosed
-		}
-	}
+	return req.err
 }
 
 // WaitCheckpoint returns the first checkpoint whose size is at least size,
@@ -320,4 +278,28 @@ func (l *Log) WaitCheckpoint(ctx context.Context, size uint64) (*SignedCheckpoin
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// publishCheckpoint publishes a signed checkpoint: served, and given to
+// WaitCheckpoint's waiters.
+func (l *Log) publishCheckpoint(scp *SignedCheckpoint) {
+	l.cp.Store(scp)
+	l.wakeWaiters()
+}
+
+// wakeWaiters wakes WaitCheckpoint's waiters: a checkpoint was published,
+// or the log will sign none any more.
+func (l *Log) wakeWaiters() {
+	l.cpMu.Lock()
+	close(l.cpNext)
+	l.cpNext = make(chan struct{})
+	l.cpMu.Unlock()
+}
+
+func (l *Log) parseCheckpoint(note []byte) (*SignedCheckpoint, error) {
+	c, err := merkle.OpenCheckpoint(note, l.s.verifier, l.Origin())
+	if err != nil {
+		return nil, fmt.Errorf("stored checkpoint: %w", err)
+	}
+	return &SignedCheckpoint{Checkpoint: c, Note: append([]byte(nil), note...)}, nil
 }

@@ -32,29 +32,9 @@ func (l *Log) load() error {
 	if root != m.root {
 		return fmt.Errorf("root of the stored tiles %s does not match the recorded root %s at size %d", root, m.root, m.size)
 	}
-	var tiles []*tileBuf
-	for lvl := 0; m.size>>(tileHeight*lvl) > 0; lvl++ {
-		count := m.size >> (tileHeight * lvl)
-		t := &tileBuf{level: uint8(lvl), n: count / tileWidth}
-		if w := int(count % tileWidth); w > 0 {
-			v, closer, err := l.s.db.Get(tileKey(l.id, uint8(lvl), t.n))
-			if err != nil {
-				return fmt.Errorf("read tile %d/%d: %w", lvl, t.n, err)
-			}
-			base, mid, err := decodeTile(v)
-			closer.Close()
-			if err != nil {
-				return err
-			}
-			if len(base) < w {
-				return fmt.Errorf("tile %d/%d has %d hashes, want %d", lvl, t.n, len(base), w)
-			}
-			// Copies with room to grow: base and mid share one array, and
-			// appending to base in place would overwrite mid.
-			t.base = append(make([]merkle.Hash, 0, tileWidth), base[:w]...)
-			t.mid = append(make([]merkle.Hash, 0, tileWidth/midStride), mid[:w/midStride]...)
-		}
-		tiles = append(tiles, t)
+	tiles, err := l.openTiles(m.size)
+	if err != nil {
+		return err
 	}
 	l.committed.Store(&treeState{size: m.size, root: root})
 	l.source.Store(nil)
@@ -69,7 +49,7 @@ func (l *Log) load() error {
 	if err != nil {
 		return fmt.Errorf("rebuild the id and leaf-hash indexes: %w", err)
 	}
-	l.w = writer{size: m.size, root: root, rng: rng, tiles: tiles, ids: ids}
+	l.w.writer = writer{size: m.size, root: root, rng: rng, tiles: tiles, ids: ids}
 	l.s.metrics.size.WithLabelValues(l.name).Set(float64(m.size))
 	l.s.metrics.initLog(l.name)
 	if m.size >= bigLogEntries {
@@ -88,13 +68,45 @@ func (l *Log) load() error {
 	return nil
 }
 
+// openTiles returns, for each level of the stored tree of size, the tile
+// the writer appends to next: the partial tile read from storage (copied
+// with room to grow), or an empty one.
+func (l *Log) openTiles(size uint64) ([]*tileBuf, error) {
+	var tiles []*tileBuf
+	for lvl := 0; size>>(tileHeight*lvl) > 0; lvl++ {
+		count := size >> (tileHeight * lvl)
+		t := &tileBuf{level: uint8(lvl), n: count / tileWidth}
+		if w := int(count % tileWidth); w > 0 {
+			v, closer, err := l.s.db.Get(tileKey(l.id, uint8(lvl), t.n))
+			if err != nil {
+				return nil, fmt.Errorf("read tile %d/%d: %w", lvl, t.n, err)
+			}
+			base, mid, err := decodeTile(v)
+			closer.Close()
+			if err != nil {
+				return nil, err
+			}
+			if len(base) < w {
+				return nil, fmt.Errorf("tile %d/%d has %d hashes, want %d", lvl, t.n, len(base), w)
+			}
+			// Copies with room to grow: base and mid share one array, and
+			// appending to base in place would overwrite mid.
+			t.base = append(make([]merkle.Hash, 0, tileWidth), base[:w]...)
+			t.mid = append(make([]merkle.Hash, 0, tileWidth/midStride), mid[:w/midStride]...)
+		}
+		tiles = append(tiles, t)
+	}
+	return tiles, nil
+}
+
 // reload restores the writer state from storage after a group commit
 // Pebble refused before applying it (see restore).
-// The caller holds signMu.
-func (l *Log) reload() error {
-	if !l.persisted.Load() {
+// The caller holds the signer's lock.
+func (a *appender) reload() error {
+	l := a.l
+	if !l.st.state().persisted {
 		// Nothing of the log reached storage.
-		l.w = writer{root: merkle.EmptyRoot(), rng: merkle.NewRange()}
+		a.writer = emptyWriter()
 		l.committed.Store(&treeState{root: merkle.EmptyRoot()})
 		l.tail.reset(0)
 		return nil

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -9,30 +10,54 @@ import (
 	"github.com/auditd/auditd/merkle"
 )
 
-func (l *Log) parseCheckpoint(note []byte) (*SignedCheckpoint, error) {
-	c, err := merkle.OpenCheckpoint(note, l.s.verifier, l.Origin())
-	if err != nil {
-		return nil, fmt.Errorf("stored checkpoint: %w", err)
-	}
-	return &SignedCheckpoint{Checkpoint: c, Note: append([]byte(nil), note...)}, nil
+// signer is a log's checkpoint signer: its goroutine (loop) signs the
+// committed tree once it grew, at most once per checkpoint interval; the
+// writer goroutine signs through it too, at start, on CreateLog and at
+// close (signNow). Signing off the writer goroutine keeps the checkpoint's
+// Pebble write and its file's fsyncs out of the commits' way: appends go
+// on being committed (and acknowledged) meanwhile.
+type signer struct {
+	l *Log
+	// mu serializes signing with the writer's reload after a failed
+	// commit and with Forked. It guards pinned and lastSign.
+	mu sync.Mutex
+	// pinned is the checkpoint the log's checkpoint file holds: the latest
+	// one signed. Guarded by mu (Open sets it before the goroutines
+	// start).
+	pinned   *SignedCheckpoint
+	lastSign time.Time     // when the latest checkpoint of entries was signed
+	grew     chan struct{} // the writer's nudge: the tree grew
+	// awaiting holds the acknowledged requests no checkpoint covers yet
+	// (for the checkpoint latency metric).
+	awMu     sync.Mutex
+	awaiting []awaiting
 }
 
-// nudgeSigner tells the signer the committed tree grew. It never blocks:
-// a nudge already pending covers this one.
-func (l *Log) nudgeSigner() {
+// awaiting is an acknowledged request not yet covered by a checkpoint: its
+// enqueue time and covering size.
+type awaiting struct {
+	size uint64
+	enq  time.Time
+}
+
+func newSigner(l *Log) signer {
+	return signer{l: l, grew: make(chan struct{}, 1)}
+}
+
+// nudge tells the signer the committed tree grew. It never blocks: a
+// nudge already pending covers this one.
+func (sg *signer) nudge() {
 	select {
-	case l.grew <- struct{}{}:
+	case sg.grew <- struct{}{}:
 	default:
 	}
 }
 
-// signLoop is the log's signer goroutine: once the tree has grown, it
-// waits out the checkpoint interval since the latest checkpoint of
-// entries was signed and signs the committed tree, until the store
-// closes. Signing here rather than on the writer goroutine keeps the
-// checkpoint's Pebble write and its file's fsyncs out of the commits'
-// way: appends go on being committed (and acknowledged) meanwhile.
-func (l *Log) signLoop() {
+// loop is the signer goroutine: once the tree has grown, it waits out the
+// checkpoint interval since the latest checkpoint of entries was signed
+// and signs the committed tree, until the store closes.
+func (sg *signer) loop() {
+	quit := sg.l.s.quit
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -41,14 +66,11 @@ func (l *Log) signLoop() {
 	}()
 	for {
 		select {
-		case <-l.grew:
-		case <-l.s.quit:
+		case <-sg.grew:
+		case <-quit:
 			return
 		}
-		l.signMu.Lock()
-		wait := l.s.opts.checkpointInterval - time.Since(l.lastSign)
-		l.signMu.Unlock()
-		if wait > 0 {
+		if wait := sg.wait(); wait > 0 {
 			if timer == nil {
 				timer = time.NewTimer(wait)
 			} else {
@@ -56,34 +78,59 @@ func (l *Log) signLoop() {
 			}
 			select {
 			case <-timer.C:
-			case <-l.s.quit:
+			case <-quit:
 				return
 			}
 		}
-		l.signIfNeeded()
+		sg.signNow()
 	}
 }
 
-// signIfNeeded signs a checkpoint if the committed tree is ahead of the
-// latest one.
-func (l *Log) signIfNeeded() {
-	l.signMu.Lock()
-	defer l.signMu.Unlock()
-	if l.needsCheckpoint() {
-		l.sign()
+// wait is how long the checkpoint interval still runs.
+func (sg *signer) wait() time.Duration {
+	sg.mu.Lock()
+	defer sg.mu.Unlock()
+	return sg.l.s.opts.checkpointInterval - time.Since(sg.lastSign)
+}
+
+// signNow signs a checkpoint if the committed tree is ahead of the latest
+// one.
+func (sg *signer) signNow() {
+	sg.mu.Lock()
+	defer sg.mu.Unlock()
+	if sg.needsCheckpoint() {
+		sg.sign()
 	}
+}
+
+// needsCheckpoint reports whether the committed tree is ahead of the
+// latest checkpoint (or the log exists without one) and the log may sign.
+func (sg *signer) needsCheckpoint() bool {
+	l := sg.l
+	size := l.committed.Load().size
+	cp := l.cp.Load()
+	st := l.st.state()
+	if st.readOnly != nil || st.failed != nil {
+		return false
+	}
+	if cp == nil {
+		// A log that exists signs a checkpoint even while empty.
+		return size > 0 || st.persisted
+	}
+	return cp.Size < size
 }
 
 // sign signs, stores and publishes a checkpoint of the committed tree; the
-// caller holds signMu. The note is stored in Pebble and written to the
+// caller holds mu. The note is stored in Pebble and written to the
 // checkpoint file (see keep), and only once the file is durable published
 // (served, waited for): the file is never behind a published checkpoint.
-func (l *Log) sign() {
-	if l.readOnly.Load() != nil {
+func (sg *signer) sign() {
+	l := sg.l
+	if l.st.state().readOnly != nil {
 		return
 	}
 	// The committed tree: durable, and only ever grown by the writer (a
-	// reload after a failed commit restores it from storage under signMu).
+	// reload after a failed commit restores it from storage under mu).
 	st := l.committed.Load()
 	start := time.Now()
 	// Never sign a checkpoint inconsistent with the latest one signed, the
@@ -96,22 +143,22 @@ func (l *Log) sign() {
 	// pinned.Size leaves, and so that root, unchanged. Each checkpoint
 	// signed here becomes the new pin and is of the committed tree, so the
 	// argument carries on from one checkpoint to the next.
-	if p := l.pinned; p != nil && (st.size < p.Size || st.size == p.Size && st.root != p.Root) {
+	if p := sg.pinned; p != nil && (st.size < p.Size || st.size == p.Size && st.root != p.Root) {
 		e := l.s.integrity(&IntegrityError{Log: l.name, Index: -1, Kind: IntegrityRollback,
 			Detail: fmt.Sprintf("refusing to sign size %d (root %s): the checkpoint file holds the checkpoint signed at size %d with root %s", st.size, st.root, p.Size, p.Root)})
 		l.setReadOnly(e)
-		l.lastSign = start
+		sg.lastSign = start
 		return
 	}
 	c := merkle.Checkpoint{Origin: l.Origin(), Size: st.size, Root: st.root}
 	n, err := c.Sign(l.s.signer)
 	if err == nil {
-		err = l.keep(c.Size, n)
+		err = sg.keep(c.Size, n)
 	}
 	if err != nil {
 		// The tree is durable; the next interval tries again.
 		l.s.log.Error("checkpoint not signed", "log", l.name, "size", c.Size, "err", err)
-		l.lastSign = start
+		sg.lastSign = start
 		return
 	}
 	if c.Size > 0 {
@@ -120,25 +167,15 @@ func (l *Log) sign() {
 		// interval runs from the start of signing, so that checkpoints
 		// follow each other every interval however long storing them
 		// takes.
-		l.lastSign = start
+		sg.lastSign = start
 	}
 	scp := &SignedCheckpoint{Checkpoint: c, Note: n}
-	l.pinned = scp
-	l.cp.Store(scp)
-	l.wakeWaiters()
+	sg.pinned = scp
+	l.publishCheckpoint(scp)
 	now := time.Now()
 	l.s.metrics.checkpoints.WithLabelValues(l.name).Inc()
 	l.s.metrics.signLat.Observe(now.Sub(start).Seconds())
-	l.observeCovered(c.Size, now)
-}
-
-// wakeWaiters wakes WaitCheckpoint's waiters: a checkpoint was published,
-// or the log will sign none any more.
-func (l *Log) wakeWaiters() {
-	l.cpMu.Lock()
-	close(l.cpNext)
-	l.cpNext = make(chan struct{})
-	l.cpMu.Unlock()
+	sg.observeCovered(c.Size, now)
 }
 
 // keep stores a signed checkpoint in Pebble and writes it to the log's
@@ -154,7 +191,8 @@ func (l *Log) wakeWaiters() {
 // from the others (admit): a file newer than the stored history is stored
 // again, a stored checkpoint or a file newer than another file is written
 // to it, each before it is published.
-func (l *Log) keep(size uint64, note []byte) error {
+func (sg *signer) keep(size uint64, note []byte) error {
+	l := sg.l
 	fileErr := make(chan error, 1)
 	go func() { fileErr <- l.s.cpFiles.write(l.name, note) }()
 	err := l.s.write(func() error { return l.s.db.Set(checkpointKey(l.id, size), note, pebble.Sync) })
@@ -164,19 +202,31 @@ func (l *Log) keep(size uint64, note []byte) error {
 	return err
 }
 
+// acked records the group's acknowledged requests, durable in the tree of
+// size, as waiting for a checkpoint (for the checkpoint latency metric).
+func (sg *signer) acked(size uint64, group []*appendReq) {
+	sg.awMu.Lock()
+	defer sg.awMu.Unlock()
+	for _, r := range group {
+		if r.err == nil {
+			sg.awaiting = append(sg.awaiting, awaiting{size: size, enq: r.enq})
+		}
+	}
+}
+
 // observeCovered records the checkpoint latency of the acknowledged
 // requests the checkpoint of size covers.
-func (l *Log) observeCovered(size uint64, now time.Time) {
-	l.awMu.Lock()
-	defer l.awMu.Unlock()
+func (sg *signer) observeCovered(size uint64, now time.Time) {
+	sg.awMu.Lock()
+	defer sg.awMu.Unlock()
 	k := 0
-	for _, a := range l.awaiting {
+	for _, a := range sg.awaiting {
 		if a.size <= size {
-			l.s.metrics.cpLat.Observe(now.Sub(a.enq).Seconds())
+			sg.l.s.metrics.cpLat.Observe(now.Sub(a.enq).Seconds())
 			continue
 		}
-		l.awaiting[k] = a
+		sg.awaiting[k] = a
 		k++
 	}
-	l.awaiting = l.awaiting[:k]
+	sg.awaiting = sg.awaiting[:k]
 }

@@ -270,7 +270,7 @@ func (s *Store) loadLogs() error {
 			return fmt.Errorf("ledger: log %d metadata: %w", id, err)
 		}
 		l := newLog(s, m.name, id)
-		l.persisted.Store(true)
+		l.st.persisted.Store(true)
 		if err := l.load(); err != nil {
 			var ie *IntegrityError
 			if !errors.As(err, &ie) || (ie.Kind != IntegrityRollback && ie.Kind != IntegrityCheckpointBad && ie.Kind != IntegrityFork) {
@@ -300,14 +300,14 @@ func (s *Store) loadLogs() error {
 
 func (s *Store) start(l *Log) {
 	s.wg.Add(1)
-	go l.run()
+	go l.w.run()
 }
 
 // Log returns the named log, or ErrLogNotFound.
 func (s *Store) Log(name string) (*Log, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if l, ok := s.logs[name]; ok && l.persisted.Load() {
+	if l, ok := s.logs[name]; ok && l.st.state().persisted {
 		return l, nil
 	}
 	return nil, fmt.Errorf("%w: %q", ErrLogNotFound, name)
@@ -316,7 +316,7 @@ func (s *Store) Log(name string) (*Log, error) {
 // CreateLog returns the named log, creating it durably if it does not exist.
 func (s *Store) CreateLog(name string) (*Log, error) {
 	l, err := s.LogForAppend(name)
-	if err != nil || l.persisted.Load() {
+	if err != nil || l.st.state().persisted {
 		return l, err
 	}
 	b := s.db.NewBatch()
@@ -360,8 +360,6 @@ func (s *Store) LogForAppendMax(name string, max int) (*Log, error) {
 	}
 	l := newLog(s, name, s.nextID)
 	s.nextID++
-	l.w.root = merkle.EmptyRoot()
-	l.w.rng = merkle.NewRange()
 	s.logs[name] = l
 	s.start(l)
 	return l, nil
@@ -379,7 +377,7 @@ func (s *Store) Logs() []LogInfo {
 	s.mu.Lock()
 	ls := make([]*Log, 0, len(s.logs))
 	for _, l := range s.logs {
-		if l.persisted.Load() {
+		if l.st.state().persisted {
 			ls = append(ls, l)
 		}
 	}

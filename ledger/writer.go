@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -11,16 +12,16 @@ import (
 	"github.com/auditd/auditd/merkle"
 )
 
-// The group commit: one writer goroutine per log takes the queued append
-// requests, resolves duplicates and applies them to Pebble in one batch with
-// the tiles they complete. The batch's WAL sync is waited for by the log's
-// publisher goroutine, which then publishes the new tree and acknowledges
-// the requests, in the order the writer applied them; meanwhile the writer
-// goes on with the next group (up to maxInFlight groups between apply and
-// acknowledgement), so that the CPU work of one group overlaps the fsync of
-// the one before. Checkpoints are signed by the log's signer goroutine (see
-// sign.go), so that storing a checkpoint and writing its file never hold up
-// a commit.
+// The group commit: one writer goroutine per log (the appender's run) takes
+// the queued append requests, resolves duplicates and applies them to
+// Pebble in one batch with the tiles they complete. The batch's WAL sync is
+// waited for by the log's publisher goroutine, which then publishes the new
+// tree and acknowledges the requests, in the order the writer applied them;
+// meanwhile the writer goes on with the next group (up to maxInFlight
+// groups between apply and acknowledgement), so that the CPU work of one
+// group overlaps the fsync of the one before. Checkpoints are signed by
+// the log's signer goroutine (see sign.go), so that storing a checkpoint
+// and writing its file never hold up a commit.
 
 // maxInFlight bounds the groups applied to Pebble and not yet acknowledged.
 // Two would be enough to overlap one fsync with the next group's work; a
@@ -28,7 +29,25 @@ import (
 // chunk.
 const maxInFlight = 4
 
-// writer is the state of a log's single writer goroutine.
+// appender is a log's append path: the queue of requests, the writer
+// goroutine's state (collect, resolve, stage, land) and the publisher's
+// (publish). The writer owns everything here but reqs, which callers send
+// on, and flights, its hand-over to the publisher.
+type appender struct {
+	l *Log
+	// writer is the tree the writer builds on; a reload after a failed
+	// commit replaces it (and leaves the rest alone).
+	writer
+	reqs    chan *appendReq
+	flights chan *flight // the writer's group commits to the publisher, in order
+	held    *appendReq   // a request collect took but left for the next group
+	// flying are the flights staged and not yet landed, oldest first.
+	flying []*flight
+	// nameStaged: a flight not yet landed writes the log's name.
+	nameStaged bool
+}
+
+// writer is the tree state of a log's writer goroutine.
 type writer struct {
 	size     uint64
 	root     merkle.Hash
@@ -38,6 +57,9 @@ type writer struct {
 	visitErr error
 	ids      idFilter
 }
+
+// emptyWriter is the writer state of a log with no entries.
+func emptyWriter() writer { return writer{root: merkle.EmptyRoot(), rng: merkle.NewRange()} }
 
 // flight is a group commit between the writer and the publisher: applied
 // to Pebble (when it writes anything) and waiting for its WAL sync.
@@ -55,104 +77,113 @@ type flight struct {
 	err     error
 }
 
-// pipeline is the writer goroutine's side of the flights (reload leaves it
-// alone).
-type pipeline struct {
-	flying     []*flight // oldest first: staged, not yet landed by the writer
-	nameStaged bool      // a flight not yet landed writes the log's name
+func newAppender(l *Log) appender {
+	return appender{l: l, reqs: make(chan *appendReq, 256), flights: make(chan *flight, maxInFlight)}
 }
 
-// awaiting is an acknowledged request not yet covered by a checkpoint: its
-// enqueue time and covering size.
-type awaiting struct {
-	size uint64
-	enq  time.Time
+// submit queues req for the writer and waits for the answer: it returns
+// nil once req is answered (req.err and req.res hold the answer), or why
+// it was not. Once queued the request is carried out even if ctx ends;
+// appends are idempotent, so a caller that gave up can retry.
+func (a *appender) submit(ctx context.Context, req *appendReq) error {
+	l := a.l
+	select {
+	case a.reqs <- req:
+	case <-l.s.quit:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-req.done:
+		return nil
+	case <-l.stopped:
+		// The writer answers everything queued before it stops; a request
+		// that slipped in after its last drain was never seen.
+		select {
+		case <-req.done:
+			return nil
+		default:
+			return ErrClosed
+		}
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
-func (l *Log) run() {
+// run is the log's writer goroutine; it starts the signer and publisher
+// goroutines and stops them when the store closes.
+func (a *appender) run() {
+	l := a.l
 	defer l.s.wg.Done()
 	defer close(l.stopped)
 	// The tree may have grown before a crash with no checkpoint covering
 	// it yet: signed before anything else.
-	l.signIfNeeded()
+	l.signer.signNow()
 	signerDone := make(chan struct{})
 	go func() {
 		defer close(signerDone)
-		l.signLoop()
+		l.signer.loop()
 	}()
 	publisherDone := make(chan struct{})
 	go func() {
 		defer close(publisherDone)
-		l.publishLoop()
+		a.publishLoop()
 	}()
 	for {
 		// An idle log lands its flights once they are published: until
 		// then each keeps its requests, their entries and results (a whole
 		// POST's worth) alive.
 		var published <-chan struct{}
-		if len(l.pl.flying) > 0 {
-			published = l.pl.flying[0].done
+		if len(a.flying) > 0 {
+			published = a.flying[0].done
 		}
 		select {
 		case <-published:
-			l.land(len(l.pl.flying)) // the published ones, without waiting
-		case req := <-l.reqs:
-			l.process(l.collect(req))
-			for l.held != nil {
-				h := l.held
-				l.held = nil
-				l.process(l.collect(h))
+			a.land(len(a.flying)) // the published ones, without waiting
+		case req := <-a.reqs:
+			a.process(a.collect(req))
+			for a.held != nil {
+				h := a.held
+				a.held = nil
+				a.process(a.collect(h))
 			}
 		case <-l.s.quit:
-			l.land(0) // what was applied is acknowledged (or refused) first
-			l.drain()
-			close(l.flights)
+			a.land(0) // what was applied is acknowledged (or refused) first
+			a.drain()
+			close(a.flights)
 			<-publisherDone
 			<-signerDone
-			l.signIfNeeded() // the last checkpoint covers everything acknowledged
+			l.signer.signNow() // the last checkpoint covers everything acknowledged
 			return
 		}
 	}
 }
 
-// needsCheckpoint reports whether the committed tree is ahead of the
-// latest checkpoint (or the log exists without one) and the log may sign.
-func (l *Log) needsCheckpoint() bool {
-	if l.readOnly.Load() != nil || l.Err() != nil {
-		return false
-	}
-	size := l.committed.Load().size
-	cp := l.cp.Load()
-	if cp == nil {
-		// A log that exists signs a checkpoint even while empty.
-		return size > 0 || l.persisted.Load()
-	}
-	return cp.Size < size
-}
-
 // collect gathers queued requests into one group commit.
-func (l *Log) collect(first *appendReq) []*appendReq {
+func (a *appender) collect(first *appendReq) []*appendReq {
 	group := []*appendReq{first}
 	if first.persist != nil {
 		return group
 	}
+	opts := &a.l.s.opts
 	n := len(first.items)
 	var deadline <-chan time.Time
-	if d := l.s.opts.batchDelay; d > 0 {
+	if d := opts.batchDelay; d > 0 {
 		t := time.NewTimer(d)
 		defer t.Stop()
 		deadline = t.C
 	}
-	for n < l.s.opts.maxBatch {
+	for n < opts.maxBatch {
 		var r *appendReq
 		if deadline == nil {
 			select {
-			case r = <-l.reqs:
+			case r = <-a.reqs:
 			default:
 			}
 		} else {
 			select {
-			case r = <-l.reqs:
+			case r = <-a.reqs:
 			case <-deadline:
 			}
 		}
@@ -160,7 +191,7 @@ func (l *Log) collect(first *appendReq) []*appendReq {
 			break
 		}
 		if r.persist != nil {
-			l.held = r // runs as its own group next
+			a.held = r // runs as its own group next
 			break
 		}
 		group, n = append(group, r), n+len(r.items)
@@ -169,10 +200,10 @@ func (l *Log) collect(first *appendReq) []*appendReq {
 }
 
 // drain refuses requests still queued at shutdown.
-func (l *Log) drain() {
+func (a *appender) drain() {
 	for {
 		select {
-		case r := <-l.reqs:
+		case r := <-a.reqs:
 			r.err = ErrClosed
 			close(r.done)
 		default:
@@ -181,31 +212,26 @@ func (l *Log) drain() {
 	}
 }
 
+// answer answers every request of group with err.
+func answer(group []*appendReq, err error) {
+	for _, r := range group {
+		r.err = err
+		close(r.done)
+	}
+}
+
 // process runs one group commit: it stages the group and hands it to the
 // publisher.
-func (l *Log) process(group []*appendReq) {
-	l.land(maxInFlight - 1)
+func (a *appender) process(group []*appendReq) {
+	l := a.l
+	a.land(maxInFlight - 1)
 	if err := l.refusal(); err != nil {
-		for _, r := range group {
-			r.err = err
-			close(r.done)
-		}
+		answer(group, err)
 		return
 	}
 	if group[0].persist != nil {
 		// collect never groups a persist request with others.
-		l.land(0)
-		r := group[0]
-		if !l.persisted.Load() {
-			if r.err = l.s.write(func() error { return r.persist.Commit(pebble.Sync) }); r.err == nil {
-				l.markPersisted(l.w.size)
-				// An empty log has a checkpoint too (size 0, the empty
-				// root), as tlog clients expect; signed before CreateLog
-				// returns, so the log is never seen without one.
-				l.signIfNeeded()
-			}
-		}
-		close(r.done)
+		a.persist(group[0])
 		return
 	}
 	n, bytes := 0, 0
@@ -218,12 +244,41 @@ func (l *Log) process(group []*appendReq) {
 	if err := l.s.space.admit(bytes); err != nil {
 		// Refused before anything was resolved or written: the writer's
 		// state is as it was.
-		for _, r := range group {
-			r.err = fmt.Errorf("ledger: append to %s: %w", l.name, err)
-			close(r.done)
-		}
+		answer(group, fmt.Errorf("ledger: append to %s: %w", l.name, err))
 		return
 	}
+	f := a.resolveGroup(group, n)
+	if len(f.fresh) > 0 || f.source != nil {
+		if err := a.stage(f); err != nil {
+			a.stageFailed(f, err)
+			return
+		}
+	}
+	a.flying = append(a.flying, f)
+	a.flights <- f
+}
+
+// persist commits a CreateLog request (the log's name and metadata), once
+// the flights before it have landed.
+func (a *appender) persist(r *appendReq) {
+	l := a.l
+	a.land(0)
+	if !l.st.state().persisted {
+		if r.err = l.s.write(func() error { return r.persist.Commit(pebble.Sync) }); r.err == nil {
+			a.markPersisted(a.size)
+			// An empty log has a checkpoint too (size 0, the empty
+			// root), as tlog clients expect; signed before CreateLog
+			// returns, so the log is never seen without one.
+			l.signer.signNow()
+		}
+	}
+	close(r.done)
+}
+
+// resolveGroup resolves a group's requests (n entries in all) into a new
+// flight: the entries new to the log, and each request's answer or
+// refusal.
+func (a *appender) resolveGroup(group []*appendReq, n int) *flight {
 	// The id filter's answers come first, in a loop of their own: each test
 	// misses the cache (the filter of a log of millions is megabytes), and
 	// a loop of nothing else lets the misses overlap. Each id is added as it
@@ -233,47 +288,44 @@ func (l *Log) process(group []*appendReq) {
 	// group is "maybe" the second time, and found in the group's maps.
 	for _, r := range group {
 		for i := range r.items {
-			r.items[i].maybe = l.w.ids.testAndAdd(r.items[i].idh)
+			r.items[i].maybe = a.ids.testAndAdd(r.items[i].idh)
 		}
 	}
 	f := &flight{group: group, pending: newByID[*item](n), start: time.Now(), done: make(chan struct{})}
 	for _, r := range group {
-		r.err = l.resolve(r, f.pending, &f.fresh)
+		r.err = a.resolve(r, f.pending, &f.fresh)
 		if r.err == nil && r.source != nil {
 			f.source = r.source
 		}
 	}
-	f.size, f.root = l.w.size, l.w.root
-	if len(f.fresh) > 0 || f.source != nil {
-		if err := l.stage(f); err != nil {
-			// Pebble refused the batch before applying it, but the
-			// writer's state may be half updated: the flights before land,
-			// then it is reloaded from storage.
-			if !l.land(0) {
-				l.restore(err)
-			}
-			for _, r := range group {
-				if r.err == nil {
-					r.err = fmt.Errorf("ledger: append to %s: %w", l.name, err)
-				}
-				r.res = nil
-				close(r.done)
-			}
-			return
-		}
+	f.size, f.root = a.size, a.root
+	return f
+}
+
+// stageFailed answers a flight Pebble refused before applying it. The
+// writer's state may be half updated: the flights before land, then it is
+// reloaded from storage.
+func (a *appender) stageFailed(f *flight, err error) {
+	if !a.land(0) {
+		a.restore(err)
 	}
-	l.pl.flying = append(l.pl.flying, f)
-	l.flights <- f
+	for _, r := range f.group {
+		if r.err == nil {
+			r.err = fmt.Errorf("ledger: append to %s: %w", a.l.name, err)
+		}
+		r.res = nil
+		close(r.done)
+	}
 }
 
 // land drops the flights the publisher is done with, oldest first, waiting
 // until at most keep are left. After a failed one it waits for them all and
 // stops the log (see halt); it reports whether it did.
-func (l *Log) land(keep int) bool {
+func (a *appender) land(keep int) bool {
 	var err error
-	for len(l.pl.flying) > 0 {
-		f := l.pl.flying[0]
-		if err == nil && len(l.pl.flying) <= keep {
+	for len(a.flying) > 0 {
+		f := a.flying[0]
+		if err == nil && len(a.flying) <= keep {
 			select {
 			case <-f.done:
 			default:
@@ -284,11 +336,11 @@ func (l *Log) land(keep int) bool {
 		if err == nil {
 			err = f.err
 		}
-		l.pl.flying[0] = nil
-		l.pl.flying = l.pl.flying[1:]
+		a.flying[0] = nil
+		a.flying = a.flying[1:]
 	}
 	if err != nil {
-		l.halt(err)
+		a.halt(err)
 		return true
 	}
 	return false
@@ -301,24 +353,26 @@ func (l *Log) land(keep int) bool {
 // So nothing more is appended or signed; the log serves what is durable
 // until the daemon restarts and opens the store from its WAL. Pebble's WAL
 // writer keeps its first error, so no later commit would succeed anyway.
-func (l *Log) halt(err error) {
+func (a *appender) halt(err error) {
+	l := a.l
 	err = fmt.Errorf("%w: %s: WAL sync failed, the log takes no more appends until a restart: %v", ErrFailed, l.name, err)
-	l.failed.Store(&err)
+	l.st.fail(err)
 	l.s.log.Error("log stopped", "log", l.name, "err", err)
 }
 
 // restore reloads the writer's state from storage after a group failed
 // before Pebble applied it, with no flight left; a log whose state does not
 // load is stopped.
-func (l *Log) restore(err error) {
+func (a *appender) restore(err error) {
+	l := a.l
 	l.s.log.Error("ledger commit failed; reloading log state", "log", l.name, "err", err)
-	l.signMu.Lock() // reload re-admits the tree against the checkpoint file
-	rerr := l.reload()
-	l.signMu.Unlock()
-	l.pl.nameStaged = l.persisted.Load()
+	l.signer.mu.Lock() // reload re-admits the tree against the checkpoint file
+	rerr := a.reload()
+	l.signer.mu.Unlock()
+	a.nameStaged = l.st.state().persisted
 	if rerr != nil {
 		err = fmt.Errorf("%w: %s: %v (reload: %v)", ErrFailed, l.name, err, rerr)
-		l.failed.Store(&err)
+		l.st.fail(err)
 		l.s.log.Error("log stopped", "log", l.name, "err", err)
 	}
 }
@@ -329,9 +383,9 @@ func (l *Log) restore(err error) {
 // each was staged on the state the failed one left, and the writer halts
 // the log when it lands them (a restore, which follows no failed flight,
 // starts no new run of flights).
-func (l *Log) publishLoop() {
+func (a *appender) publishLoop() {
 	failed := false
-	for f := range l.flights {
+	for f := range a.flights {
 		var err error
 		if f.batch != nil {
 			err = f.batch.SyncWait()
@@ -346,7 +400,7 @@ func (l *Log) publishLoop() {
 			failed = true
 			for _, r := range f.group {
 				if r.err == nil {
-					r.err = fmt.Errorf("ledger: append to %s: %w", l.name, err)
+					r.err = fmt.Errorf("ledger: append to %s: %w", a.l.name, err)
 				}
 				r.res = nil
 				close(r.done)
@@ -355,18 +409,19 @@ func (l *Log) publishLoop() {
 			close(f.done)
 			continue
 		}
-		l.publish(f)
+		a.publish(f)
 		close(f.done)
 	}
 }
 
 // publish makes a durable flight's entries visible and acknowledges its
 // requests.
-func (l *Log) publish(f *flight) {
+func (a *appender) publish(f *flight) {
+	l := a.l
 	m := l.s.metrics
 	if f.batch != nil {
 		if f.first {
-			l.markPersisted(f.size)
+			a.markPersisted(f.size)
 		}
 		if f.source != nil {
 			src := append([]byte(nil), f.source...)
@@ -388,18 +443,16 @@ func (l *Log) publish(f *flight) {
 		if f.size >= bigLogEntries {
 			l.s.big.add(l.id)
 		}
-		l.nudgeSigner()
+		l.signer.nudge()
 	}
 	now := time.Now()
-	l.awMu.Lock()
+	l.signer.acked(f.size, f.group)
 	for _, r := range f.group {
 		if r.err == nil {
 			r.res.Size = f.size
-			l.awaiting = append(l.awaiting, awaiting{size: f.size, enq: r.enq})
 			m.appendLat.Observe(now.Sub(r.enq).Seconds())
 		}
 	}
-	l.awMu.Unlock()
 	for _, r := range f.group {
 		close(r.done)
 	}
@@ -407,16 +460,17 @@ func (l *Log) publish(f *flight) {
 
 // resolve assigns each entry of r a new index or finds it already held.
 // New entries join fresh only if the whole request is accepted.
-func (l *Log) resolve(r *appendReq, pending *byID[*item], fresh *[]*item) error {
+func (a *appender) resolve(r *appendReq, pending *byID[*item], fresh *[]*item) error {
+	l := a.l
 	res := &AppendResult{Entries: make([]Appended, len(r.items))}
 	var mine []*item
 	local := newByID[int](len(r.items))
 	dups := 0
-	next := l.w.size + uint64(len(*fresh))
+	next := a.size + uint64(len(*fresh))
 	for i := range r.items {
 		it := &r.items[i]
-		a := &res.Entries[i]
-		a.ID = it.leaf.ID
+		out := &res.Entries[i]
+		out.ID = it.leaf.ID
 		var prior *item
 		j, ok := local.get(it.idh, it.leaf.ID)
 		if ok {
@@ -432,7 +486,7 @@ func (l *Log) resolve(r *appendReq, pending *byID[*item], fresh *[]*item) error 
 		}
 		if !ok && it.maybe {
 			// Staged by a flight not yet landed: not in the index yet.
-			for _, f := range l.pl.flying {
+			for _, f := range a.flying {
 				if prior, ok = f.pending.get(it.idh, it.leaf.ID); ok {
 					break
 				}
@@ -459,12 +513,12 @@ func (l *Log) resolve(r *appendReq, pending *byID[*item], fresh *[]*item) error 
 				}
 				return &ConflictError{Log: l.name, ID: it.leaf.ID, Index: prior.index, Item: i, EarlierItem: -1}
 			}
-			a.Index, a.LeafHash, a.Duplicate = prior.index, prior.hash, true
+			out.Index, out.LeafHash, out.Duplicate = prior.index, prior.hash, true
 			dups++
 			continue
 		}
 		it.index = next + uint64(len(mine))
-		a.Index, a.LeafHash = it.index, it.hash
+		out.Index, out.LeafHash = it.index, it.hash
 		local.put(it.idh, it.leaf.ID, i)
 		mine = append(mine, it)
 	}
@@ -482,8 +536,8 @@ func (l *Log) resolve(r *appendReq, pending *byID[*item], fresh *[]*item) error 
 // stage applies f's fresh entries, their index keys, the tiles they touch
 // and the log's new size and root to Pebble in one batch, whose WAL sync the
 // publisher waits for, and advances the writer's state to them.
-func (l *Log) stage(f *flight) error {
-	w := &l.w
+func (a *appender) stage(f *flight) error {
+	l, w := a.l, &a.writer
 	fresh, source := f.fresh, f.source
 	capacity := 64 + len(source)
 	if len(fresh) > 0 {
@@ -502,7 +556,7 @@ func (l *Log) stage(f *flight) error {
 		}
 	}()
 	for _, it := range fresh {
-		if err := w.rng.Append(it.hash, l.visit); err != nil {
+		if err := w.rng.Append(it.hash, a.visit); err != nil {
 			return err
 		}
 		_ = b.Set(entryKey(l.id, it.index), it.stored, nil)
@@ -527,7 +581,7 @@ func (l *Log) stage(f *flight) error {
 		// checks (LedgeredAt): one key per group commit.
 		_ = b.Set(ledgeredKey(l.id, size), binary.BigEndian.AppendUint64(nil, uint64(l.s.opts.now().UnixNano())), nil)
 	}
-	f.first = !l.persisted.Load() && !l.pl.nameStaged
+	f.first = !l.st.state().persisted && !a.nameStaged
 	if f.first {
 		_ = b.Set(nameKey(l.name), binary.BigEndian.AppendUint32(nil, l.id), nil)
 	}
@@ -536,7 +590,7 @@ func (l *Log) stage(f *flight) error {
 		return err
 	}
 	if f.first {
-		l.pl.nameStaged = true
+		a.nameStaged = true
 	}
 	f.batch = b
 	f.size, f.root = size, r
@@ -544,16 +598,18 @@ func (l *Log) stage(f *flight) error {
 	return nil
 }
 
-func (l *Log) markPersisted(size uint64) {
-	l.persisted.Store(true)
+// markPersisted records that the log's name and metadata are durable.
+func (a *appender) markPersisted(size uint64) {
+	l := a.l
+	l.st.persisted.Store(true)
 	l.s.metrics.size.WithLabelValues(l.name).Set(float64(size))
 	l.s.metrics.initLog(l.name)
 	l.s.log.Info("log created", "log", l.name)
 }
 
 // visit records the new tree nodes that tiles store.
-func (l *Log) visit(id merkle.NodeID, hash merkle.Hash) {
-	w := &l.w
+func (a *appender) visit(id merkle.NodeID, hash merkle.Hash) {
+	w := &a.writer
 	sub := id.Level % tileHeight
 	if sub != 0 && sub != midLevel {
 		return
@@ -574,7 +630,7 @@ func (l *Log) visit(id merkle.NodeID, hash merkle.Hash) {
 	if n := id.Index / tileWidth; n != t.n {
 		// The previous tile is full: write it out and start the next.
 		if t.dirty {
-			_ = w.batch.Set(tileKey(l.id, uint8(lvl), t.n), t.value(), nil)
+			_ = w.batch.Set(tileKey(a.l.id, uint8(lvl), t.n), t.value(), nil)
 		}
 		*t = tileBuf{level: uint8(lvl), n: n, base: make([]merkle.Hash, 0, tileWidth), mid: make([]merkle.Hash, 0, tileWidth/midStride)}
 	}

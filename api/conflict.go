@@ -17,12 +17,8 @@ func (s *Server) raiseConflict(c *ledger.ConflictError) {
 		return // a conflict inside one request is the caller's mistake
 	}
 	details, _ := json.Marshal(map[string]any{"id": c.ID, "index": c.Index, "item": c.Item, "source": "http"})
-	_, err := s.parts.Alerts.Fire(alert.Alert{
-		ID: "integrity/" + c.Log + "/id_conflict", Kind: alert.KindIntegrity, Subject: c.Log,
-		Labels:  map[string]string{"log": c.Log, "violation": "id_conflict"},
-		Summary: fmt.Sprintf("log %s: a POST reused id %s, held at index %d, with different content", c.Log, echo(c.ID), c.Index),
-		Details: details,
-	})
+	_, err := s.parts.Alerts.Fire(alert.LogViolation(c.Log, "id_conflict",
+		fmt.Sprintf("a POST reused id %s, held at index %d, with different content", echo(c.ID), c.Index), details))
 	if err != nil {
 		s.log.Error("integrity alert not raised", "log", c.Log, "err", err)
 	}

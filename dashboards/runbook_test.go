@@ -74,7 +74,7 @@ func TestAlertRunbooks(t *testing.T) {
 				continue
 			}
 			// Relative to the repository, or under Prometheus's external
-			// label auditd_runbook_base when it is set.
+			// label runbook_base_url when it is set.
 			rel, templated := strings.CutPrefix(u, runbookBaseTemplate)
 			file, anchor, ok := strings.Cut(rel, "#")
 			if !templated || !ok || file != "runbook.md" {
@@ -101,5 +101,5 @@ func TestAlertRunbooks(t *testing.T) {
 }
 
 // runbookBaseTemplate starts every rule's runbook_url: the external label
-// auditd_runbook_base when Prometheus has it, docs/ otherwise.
-const runbookBaseTemplate = "{{ with $externalLabels.auditd_runbook_base }}{{ . }}{{ else }}docs/{{ end }}"
+// runbook_base_url when Prometheus has it, docs/ otherwise.
+const runbookBaseTemplate = "{{ with $externalLabels.runbook_base_url }}{{ . }}{{ else }}docs/{{ end }}"

@@ -164,7 +164,7 @@ func TestPrometheusAlertsFire(t *testing.T) {
 				t.Errorf("%s: annotation %s = %q", a.Labels["alertname"], k, v)
 			}
 		}
-		// Prometheus's external label auditd_runbook_base makes the
+		// Prometheus's external label runbook_base_url makes the
 		// runbook links absolute (without it they are docs/runbook.md#...,
 		// as alerts_test.yml checks).
 		if !strings.HasPrefix(a.Annotations["runbook_url"], runbookBase+"runbook.md#") {
@@ -219,7 +219,7 @@ func startPrometheus(t *testing.T, ctx context.Context, bin, target string) stri
   scrape_timeout: 200ms
   evaluation_interval: 250ms
   external_labels:
-    auditd_runbook_base: %q
+    runbook_base_url: %q
 rule_files: [%q]
 scrape_configs:
   - job_name: auditd

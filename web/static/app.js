@@ -158,8 +158,12 @@ function chart(title, points, unit, attrs) {
 }
 
 async function refreshCharts() {
+  // The history gains a sample every interval_seconds: fetching it on every
+  // 3s poll would resend up to 360 samples of 50 logs for nothing new.
+  if (state.histNext && Date.now() < state.histNext) return;
   let hist;
   try { hist = await api('/v1/history'); } catch (e) { if (e.status === 404) { $('#charts-section').hidden = true; return; } throw e; }
+  state.histNext = Date.now() + hist.interval_seconds * 1000;
   const ss = hist.samples || [];
   $('#charts-note').textContent = ss.length ? `(the last ${duration((Date.parse(ss[ss.length - 1].at) - Date.parse(ss[0].at)) / 1000)}, a sample every ${hist.interval_seconds}s)` : '(no samples yet)';
   const logs = new Set(), derivs = new Set();

@@ -62,10 +62,8 @@ func serveTile(w http.ResponseWriter, r *http.Request, b []byte, bundle bool) {
 	w.Write(b)
 }
 
-// gzipLevel is the compression of entry bundles: on realistic leaves the
-// default level saves only 1 to 2 points more (34% against 36% of a full
-// bundle) for about twice the time (BenchmarkBundleGzip,
-// docs/perf/api-chain-tiles.md).
+// gzipLevel is the compression of entry bundles: the default level saves
+// little more for about twice the time (docs/perf/decisions.md).
 const gzipLevel = gzip.BestSpeed
 
 var (

@@ -21,15 +21,13 @@ import (
 // 64-byte block, so a test costs one cache miss per layer. A "maybe" costs
 // far more: a storage lookup that seeks every index chunk of the log (150
 // for 10M entries), so the layers spend 24 bits a key to keep them rare
-// (0.02% of new ids, against 0.16% at the 16 bits a key they took before).
+// (docs/perf/decisions.md has the rates).
 // Block counts are not rounded to powers of two: a key's block is its hash
 // scaled to the count.
 //
 // A key is an idHash, of which the filter takes the top 40 bits (what a
 // packed id index bucket keeps, so the open can rebuild the filter from the
 // index: see indexpack.go), mixed into 64 uniformly random bits.
-// (github.com/bits-and-blooms/bloom, tried first, rehashes every key and
-// probes a cache line per bit: it was 8% of the append path.)
 type idFilter struct {
 	exact  exactSet // until the first layer: every key, exactly
 	layers []*blockedBloom

@@ -88,8 +88,8 @@ func (l *Log) indexLookup(kind byte, h uint64) ([]uint64, error) {
 
 // ingestChunks writes and ingests every complete chunk below size that is
 // still in memory, then drops it from memory. The publisher runs it after
-// a group commit is durable (measured, before the pipeline: no faster in a
-// goroutine of its own, where it competes for the same two cores), while
+// a group commit is durable (no faster in a goroutine of its own:
+// docs/perf/decisions.md), while
 // the writer may look ids up: indexLookup reads the tail before the chunk
 // count, and this stores the count after the ingest and before the drop,
 // so a lookup finds an id in one or the other.

@@ -53,10 +53,8 @@ func pebbleOptions() *pebble.Options {
 	// compacted before the next flush puts a second table of entries
 	// beside it (a threshold of one sublevel). The tiles get tables of
 	// their own per level (tableSpan), so that compacting them does not
-	// rewrite the entries either. 1.5M in-process appends (auditd-bench
-	// append): compactions wrote 101 MB into the base level instead of
-	// 543 MB, 1.0 GB written in all instead of 1.4 GB, and CPU per event
-	// fell by 14-16% (TestEntriesMoveDown checks the moves).
+	// rewrite the entries either. TestEntriesMoveDown checks the moves;
+	// docs/perf/decisions.md has what they saved.
 	po.L0CompactionThreshold = l0CompactionThreshold
 	po.TargetFileSizes[0] = l0TargetFileSize
 	for i := 1; i < len(po.TargetFileSizes); i++ {

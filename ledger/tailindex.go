@@ -30,9 +30,7 @@ type indexEntry struct {
 // hash table over them. A slot holds an entry's position in list plus one
 // (0 is empty); entries with the same key take successive slots of one
 // probe sequence, in the order they were added, so a lookup finds them in
-// index order. It replaced two Go maps per index (one for the first index
-// of a key, one for collisions), which were 8% of the append path of a
-// long log.
+// index order (docs/perf/decisions.md: why not Go maps).
 type tailTable struct {
 	list  []indexEntry
 	slots []uint32

@@ -223,9 +223,8 @@ type ChecksConfig struct {
 	ScrubInterval time.Duration `yaml:"scrub_interval"`
 	// ScrubRate bounds the entries a pass checks per second, so that a
 	// scrub never starves ingestion; 0 is unthrottled. Default 20000: a
-	// daily pass covers 1.7 billion entries, for about 4% of one core (an
-	// entry costs the scrub ~2.2 µs of CPU; docs/checkers.md has the
-	// measurement). --scrub-rate overrides.
+	// daily pass covers 1.7 billion entries, for about 4% of one core
+	// (docs/perf/decisions.md). --scrub-rate overrides.
 	ScrubRate float64 `yaml:"scrub_rate"`
 	// CheckpointAuditInterval is how often the checkpoint audit starts: it
 	// verifies the signature of every stored signed checkpoint and its
@@ -233,8 +232,8 @@ type ChecksConfig struct {
 	CheckpointAuditInterval time.Duration `yaml:"checkpoint_audit_interval"`
 	// CheckpointAuditRate bounds the checkpoints the audit checks per
 	// second (each is a signature check and a consistency proof); 0 is
-	// unthrottled. Default 250 (a checkpoint costs ~170 µs of CPU, measured:
-	// ~4% of one core).
+	// unthrottled. Default 250: about 4% of one core
+	// (docs/perf/decisions.md).
 	CheckpointAuditRate float64 `yaml:"checkpoint_audit_rate"`
 	// Jitter delays each scheduled pass by a random duration below it
 	// (and below a tenth of the checker's interval), so that instances

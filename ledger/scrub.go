@@ -489,7 +489,7 @@ func (sc *scratch) leafHash(log string, b []byte) (merkle.Hash, error) {
 		return merkle.Hash{}, err
 	}
 	l := &sc.leaf
-	*l = merkle.Leaf{Log: log, ID: string(e.id), HasKey: e.flags&sKey != 0, Key: e.key,
+	*l = merkle.Leaf{Log: log, HasKey: e.flags&sKey != 0, Key: e.key, // the id is e.id: AppendID below
 		Time: e.time, TimeAssigned: e.flags&sTimeAssigned != 0, Marks: e.marks}
 	if e.flags&sSource != 0 {
 		sc.source = merkle.Source{Topic: string(e.topic), Partition: e.partition, Offset: e.offset}
@@ -508,7 +508,7 @@ func (sc *scratch) leafHash(log string, b []byte) (merkle.Hash, error) {
 		l.PayloadSHA256 = sha256.Sum256(e.payload)
 	}
 	// RFC 6962: SHA-256(0x00 || leaf).
-	buf, err := l.Append(append(sc.buf[:0], 0))
+	buf, err := l.AppendID(append(sc.buf[:0], 0), e.id)
 	sc.buf = buf
 	if err != nil {
 		return merkle.Hash{}, err

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/auditd/auditd/rederive"
+	"github.com/auditd/auditd/rederive/fold"
+	"github.com/auditd/auditd/rederive/spec"
 )
 
 // sorted yields m's keys in order with their values.
@@ -123,5 +125,83 @@ func TestInvariantSpecErrors(t *testing.T) {
 		if _, err := rederive.CompileInvariants("d", s); err == nil {
 			t.Errorf("%+v: no error", s)
 		}
+	}
+}
+
+// TestInvariantDecimalState checks invariants over a derivation whose
+// state is a decimal, through CheckResult: a decimal state compares with
+// numbers and sums exactly as in the derivation, so money that is not
+// negative raises nothing (both directions: the negative key is found,
+// with its state as exported), and an exact sum of cents holds where a
+// sum in doubles would not. A value expression that fails on a key's
+// state is an error of the check, naming the key, with no findings.
+func TestInvariantDecimalState(t *testing.T) {
+	specs, err := spec.Parse("bal.yaml", []byte(`derivations:
+  - name: bal
+    sources: [pay]
+    store: {file: {path: x.jsonl}}
+    key: event.k
+    initial: 'key.startsWith("neg") ? decimal("-0.30") : key.startsWith("a") ? decimal("0.10") : decimal("0.20")'
+    step: state + 1
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := spec.Compile(specs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	result := func(keys ...string) *fold.Result {
+		r := &fold.Result{Derivation: "bal", States: map[string]fold.State{}}
+		for _, k := range keys {
+			s, err := d.Initial(k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.States[k] = s
+		}
+		return r
+	}
+	iv, err := rederive.CompileInvariants("bal", []rederive.InvariantSpec{
+		{Name: "non_negative", PerKey: "state >= 0"},
+		{Name: "exact", All: "sum(values) == 0"},
+		{Name: "cents", PerKey: "state.scale() == 2"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs, err := iv.CheckResult(d, result("a", "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fs) != 1 || fs[0].Key != "" || !strings.Contains(fs[0].Detail, "invariant exact (sum(values) == 0): false over 2 keys") {
+		t.Fatalf("0.10 and 0.20: %+v", fs)
+	}
+	fs, err = iv.CheckResult(d, result("a", "b", "neg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fs) != 1 || fs[0].Key != "neg" || fs[0].Derivation != "bal" ||
+		fs[0].Detail != `invariant non_negative (state >= 0): key "neg": false for state -0.30` {
+		t.Fatalf("0.10, 0.20 and -0.30: %+v", fs)
+	}
+
+	specs, err = spec.Parse("v.yaml", []byte(`derivations:
+  - name: v
+    sources: [pay]
+    store: {file: {path: x.jsonl}}
+    key: event.k
+    initial: 'key == "bad" ? 0 : 1'
+    step: state + 1
+    value: 'state > 0 ? state : {"a": 1}["b"]'
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err = spec.Compile(specs[0]); err != nil {
+		t.Fatal(err)
+	}
+	if fs, err := iv.CheckResult(d, result("a", "bad")); err == nil || fs != nil || !strings.Contains(err.Error(), `export key "bad"`) {
+		t.Fatalf("a value that fails on one key: %v, %v", fs, err)
 	}
 }

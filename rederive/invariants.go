@@ -154,10 +154,10 @@ func (iv *Invariants) Derivation() string { return iv.derivation }
 func (iv *Invariants) Check(states iter.Seq2[string, any]) []InvariantFinding {
 	var out []InvariantFinding
 	failed := make([]int, len(iv.perKey))
-	var all map[ref.Val]ref.Val
+	var all map[string]any // of ref.Val
 	var values []ref.Val
 	if len(iv.all) > 0 {
-		all = map[ref.Val]ref.Val{}
+		all = map[string]any{}
 	}
 	found := func(inv compiledInvariant, key, detail string) {
 		out = append(out, InvariantFinding{Derivation: iv.derivation, Key: key,
@@ -166,7 +166,7 @@ func (iv *Invariants) Check(states iter.Seq2[string, any]) []InvariantFinding {
 	for key, state := range states {
 		v := celfold.StateValue(state)
 		if all != nil {
-			all[types.String(key)] = v
+			all[key] = v
 			values = append(values, v)
 		}
 		for i, inv := range iv.perKey {
@@ -191,7 +191,7 @@ func (iv *Invariants) Check(states iter.Seq2[string, any]) []InvariantFinding {
 		}
 	}
 	if len(iv.all) > 0 {
-		vars := map[string]any{"states": types.NewRefValMap(types.DefaultTypeAdapter, all),
+		vars := map[string]any{"states": types.NewStringInterfaceMap(types.DefaultTypeAdapter, all),
 			"values": types.NewRefValList(types.DefaultTypeAdapter, values), "count": int64(len(values))}
 		for _, inv := range iv.all {
 			ok, err := evalBool(inv.prg, vars)

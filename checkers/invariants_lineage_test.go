@@ -44,7 +44,7 @@ type balances struct {
 	next   int // the next event id
 }
 
-func newBalances(t *testing.T, invariants []checkers.InvariantSpec) *balances {
+func newBalances(t *testing.T, invariants []rederive.InvariantSpec) *balances {
 	t.Helper()
 	key := newKey(t)
 	st, err := ledger.Open(t.TempDir(), key.signer, key.verifier, quiet())
@@ -68,12 +68,12 @@ func newBalances(t *testing.T, invariants []checkers.InvariantSpec) *balances {
 	if err != nil {
 		t.Fatal(err)
 	}
-	iv, err := checkers.CompileInvariants("bal", invariants)
+	iv, err := rederive.CompileInvariants("bal", invariants)
 	if err != nil {
 		t.Fatal(err)
 	}
 	check := checkers.NewInvariantCheck(b, rederive.LocalLedger{Store: st}, key.verifier,
-		[]checkers.InvariantTarget{{Derivation: d, Invariants: iv, Lineage: specs[0].Lineage}})
+		[]rederive.InvariantTarget{{Derivation: d, Invariants: iv, Lineage: specs[0].Lineage}})
 	return &balances{t: t, st: st, key: key, log: l, bucket: b, d: d, check: check}
 }
 
@@ -157,7 +157,7 @@ func accounts(t *testing.T) int {
 // fail, once, naming the sum.
 func TestInvariantGlobalSum(t *testing.T) {
 	n := accounts(t)
-	bs := newBalances(t, []checkers.InvariantSpec{{Name: "balanced", All: "sum(values) == 0"}})
+	bs := newBalances(t, []rederive.InvariantSpec{{Name: "balanced", All: "sum(values) == 0"}})
 	bs.add(fund(n)...)
 	if fs := bs.run(); len(fs) != 0 {
 		t.Fatalf("balanced books over %d accounts: %v", n, fs)
@@ -178,7 +178,7 @@ func TestInvariantGlobalSum(t *testing.T) {
 // sumdb/note).
 func TestInvariantNegativeBalance(t *testing.T) {
 	n := accounts(t)
-	bs := newBalances(t, []checkers.InvariantSpec{
+	bs := newBalances(t, []rederive.InvariantSpec{
 		{Name: "non_negative", PerKey: `key == "bank" || state >= 0`},
 		{Name: "balanced", All: "sum(values) == 0"},
 	})
@@ -266,7 +266,7 @@ func openTestCheckpoint(t *testing.T, signed string, v note.Verifier, log string
 // signed checkpoint's tree, the one its pin names, not in a tree no one
 // signed.
 func TestInvariantLineageBelowCheckpoint(t *testing.T) {
-	bs := newBalances(t, []checkers.InvariantSpec{{Name: "non_negative", PerKey: `key == "bank" || state >= 0`}})
+	bs := newBalances(t, []rederive.InvariantSpec{{Name: "non_negative", PerKey: `key == "bank" || state >= 0`}})
 	bs.add(fund(20)...)
 	bs.add(transfer(acct(5), acct(6), 50))
 	watermark := uint64(bs.next)
@@ -321,7 +321,7 @@ func TestInvariantLineageBelowCheckpoint(t *testing.T) {
 // text was cut from its signatures unverified, and only the proof against
 // the ledger's own root caught the forged one.
 func TestInvariantLineageForgedCheckpoint(t *testing.T) {
-	bs := newBalances(t, []checkers.InvariantSpec{{Name: "non_negative", PerKey: `key == "bank" || state >= 0`}})
+	bs := newBalances(t, []rederive.InvariantSpec{{Name: "non_negative", PerKey: `key == "bank" || state >= 0`}})
 	bs.add(fund(20)...)
 	bs.add(transfer(acct(5), acct(6), 50))
 	ctx := context.Background()

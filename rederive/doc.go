@@ -9,7 +9,10 @@
 // store, choose the spans, fold, compare, classify and collect lineage)
 // and returns a Report; a Daemon runs the jobs on their schedules;
 // WriteTable, WriteJUnit and WriteMarkdown render reports, and
-// RaiseReportAlerts turns a report into alerts.
+// RaiseReportAlerts turns a report into alerts. Invariants are conditions
+// on a derivation's state checked over a fold.Result (CompileInvariants,
+// Invariants.CheckResult), a failing key's finding with its lineage
+// (AttachInvariantLineage).
 //
 // The parts live in sub-packages: fold (the engine), spec (YAML specs),
 // cel (CEL expressions compiled to a fold.Derivation), store (derived

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/auditd/auditd/checkers"
 	"github.com/auditd/auditd/rederive"
 	"github.com/auditd/auditd/rederive/spec"
 )
@@ -42,7 +41,7 @@ func TestServeLoadsDerivationsOnce(t *testing.T) {
 	cfg := defaultConfig()
 	cfg.DataDir, cfg.Listen = filepath.Join(dir, "data"), "127.0.0.1:0"
 	cfg.Derivations = []string{specFile}
-	cfg.Checks.Invariants = InvariantsConfig{Derivations: map[string][]checkers.InvariantSpec{
+	cfg.Checks.Invariants = InvariantsConfig{Derivations: map[string][]rederive.InvariantSpec{
 		"bal": {{Name: "non_negative", PerKey: "state >= 0"}}}}
 	cfg.Retention = RetentionConfig{Interval: time.Hour, Logs: []RetentionLogConfig{{Log: "pay", KeepEntries: 10}}}
 	if err := cfg.validate(); err != nil {

@@ -24,7 +24,7 @@ type InvariantsConfig struct {
 	Interval time.Duration `yaml:"interval"`
 	// Derivations maps a derivation's name (one of the derivations files)
 	// to its invariants.
-	Derivations map[string][]checkers.InvariantSpec `yaml:"derivations"`
+	Derivations map[string][]rederive.InvariantSpec `yaml:"derivations"`
 	// file is the configuration file they were read from (loadConfig),
 	// to place an invariant that does not compile.
 	file string
@@ -46,14 +46,14 @@ func invariantCheckers(store *ledger.Store, v note.Verifier, jobs []rederive.Job
 	for _, j := range jobs {
 		byName[j.Spec.Name] = j
 	}
-	var targets []checkers.InvariantTarget
+	var targets []rederive.InvariantTarget
 	for _, name := range slices.Sorted(maps.Keys(cfg.Derivations)) {
 		j, ok := byName[name]
 		if !ok {
 			return nil, fmt.Errorf("config: checks.invariants: no derivation %q in the derivations files", name)
 		}
-		iv, err := checkers.CompileInvariants(name, cfg.Derivations[name])
-		var ie *checkers.InvariantError
+		iv, err := rederive.CompileInvariants(name, cfg.Derivations[name])
+		var ie *rederive.InvariantError
 		if errors.As(err, &ie) && cfg.file != "" && ie.Line > 0 {
 			ie.File = cfg.file
 			return nil, ie // file:line:col: ..., as derivation spec errors
@@ -61,7 +61,7 @@ func invariantCheckers(store *ledger.Store, v note.Verifier, jobs []rederive.Job
 		if err != nil {
 			return nil, fmt.Errorf("config: checks.invariants: %w", err)
 		}
-		targets = append(targets, checkers.InvariantTarget{Derivation: j.Derivation, Invariants: iv, Lineage: j.Spec.Lineage})
+		targets = append(targets, rederive.InvariantTarget{Derivation: j.Derivation, Invariants: iv, Lineage: j.Spec.Lineage})
 	}
 	b, err := store.Bucket("derive")
 	if err != nil {

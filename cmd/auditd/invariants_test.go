@@ -14,6 +14,7 @@ import (
 
 	"github.com/auditd/auditd/checkers"
 	"github.com/auditd/auditd/ledger"
+	"github.com/auditd/auditd/rederive"
 )
 
 // TestDaemonInvariants runs the daemon with a derivation and an invariant
@@ -42,7 +43,7 @@ func TestDaemonInvariants(t *testing.T) {
 	cfg.DataDir, cfg.Listen = filepath.Join(dir, "data"), "127.0.0.1:0"
 	cfg.CheckpointInterval = 10 * time.Millisecond
 	cfg.Derivations = []string{spec}
-	cfg.Checks.Invariants = InvariantsConfig{Interval: 0, Derivations: map[string][]checkers.InvariantSpec{
+	cfg.Checks.Invariants = InvariantsConfig{Interval: 0, Derivations: map[string][]rederive.InvariantSpec{
 		"bal": {{Name: "non_negative", PerKey: "state >= 0.0"}}}}
 	if err := cfg.validate(); err != nil {
 		t.Fatal(err)
@@ -124,10 +125,10 @@ func TestInvariantsConfig(t *testing.T) {
 		cfg  InvariantsConfig
 		ok   bool
 	}{
-		{"good", InvariantsConfig{Derivations: map[string][]checkers.InvariantSpec{"bal": {{Name: "n", PerKey: "state >= 0"}}}}, true},
+		{"good", InvariantsConfig{Derivations: map[string][]rederive.InvariantSpec{"bal": {{Name: "n", PerKey: "state >= 0"}}}}, true},
 		{"none", InvariantsConfig{}, true},
-		{"unknown derivation", InvariantsConfig{Derivations: map[string][]checkers.InvariantSpec{"nope": {{Name: "n", PerKey: "state >= 0"}}}}, false},
-		{"bad expression", InvariantsConfig{Derivations: map[string][]checkers.InvariantSpec{"bal": {{Name: "n", PerKey: "state >="}}}}, false},
+		{"unknown derivation", InvariantsConfig{Derivations: map[string][]rederive.InvariantSpec{"nope": {{Name: "n", PerKey: "state >= 0"}}}}, false},
+		{"bad expression", InvariantsConfig{Derivations: map[string][]rederive.InvariantSpec{"bal": {{Name: "n", PerKey: "state >="}}}}, false},
 	} {
 		st := newTestStore(t)
 		jobs, _, err := loadJobs(spec)

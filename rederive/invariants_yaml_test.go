@@ -1,4 +1,4 @@
-package checkers_test
+package rederive_test
 
 import (
 	"errors"
@@ -7,7 +7,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/auditd/auditd/checkers"
+	"github.com/auditd/auditd/rederive"
 )
 
 // TestInvariantErrorPosition: an invariant read from YAML that does not
@@ -28,12 +28,12 @@ func TestInvariantErrorPosition(t *testing.T) {
 		{"no expression", "- name: none\n", 1, 3},
 		{"not bool", "- name: n\n\n  all: count + 1\n", 3, 8},
 	} {
-		var specs []checkers.InvariantSpec
+		var specs []rederive.InvariantSpec
 		if err := yaml.Unmarshal([]byte(tc.yaml), &specs); err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
-		_, err := checkers.CompileInvariants("bal", specs)
-		var ie *checkers.InvariantError
+		_, err := rederive.CompileInvariants("bal", specs)
+		var ie *rederive.InvariantError
 		if !errors.As(err, &ie) {
 			t.Fatalf("%s: error %v, want an InvariantError", tc.name, err)
 		}
@@ -55,10 +55,10 @@ func TestInvariantSpecYAMLFields(t *testing.T) {
 		"- name: a\n  per_key: [state]\n",
 		"- just a string\n",
 	} {
-		var specs []checkers.InvariantSpec
+		var specs []rederive.InvariantSpec
 		if err := yaml.Unmarshal([]byte(y), &specs); err == nil {
 			t.Errorf("%q: no error", y)
-		} else if strings.Contains(err.Error(), "checkers.") {
+		} else if strings.Contains(err.Error(), "rederive.") {
 			t.Errorf("%q: %v names a Go type", y, err)
 		}
 	}

@@ -82,8 +82,8 @@ func (f *fields) scan(sc *jsonscan.Scanner, b []byte) (int, fastStatus) {
 	if st != jsonscan.OK || empty {
 		return 0, status(st) // an empty object is an error: the slow path words it
 	}
+	end, v, fl, st := sc.Key(b, i)
 	for {
-		end, v, fl, st := sc.Key(b, i)
 		if st != jsonscan.OK {
 			return 0, status(st)
 		}
@@ -117,11 +117,8 @@ func (f *fields) scan(sc *jsonscan.Scanner, b []byte) (int, fastStatus) {
 			f.set(bit, b[v+1:end-1])
 		}
 		var more bool
-		if i, more, st = sc.Next(b, end, true); st != jsonscan.OK {
-			return 0, status(st)
-		}
-		if !more {
-			return i, fastOK
+		if i, end, v, fl, more, st = sc.NextKey(b, end); !more && st == jsonscan.OK {
+			return end, fastOK
 		}
 	}
 }

@@ -226,9 +226,10 @@ func String(b []byte, i int) (int, Flags, Status) {
 		for j+8 <= len(b) {
 			x := binary.LittleEndian.Uint64(b[j:])
 			if m := special(x); m != 0 {
-				n := bits.TrailingZeros64(m) >> 3 // b[j+n] is the first special byte
-				seen |= x << (64 - 8*n)           // the n bytes before it (none when n is 0)
-				j += n
+				// b[j+n] is the first special byte; the bits below its
+				// high bit are the n bytes before it (none when n is 0).
+				seen |= x & (m&-m - 1)
+				j += bits.TrailingZeros64(m) >> 3
 				break
 			}
 			seen |= x

@@ -391,3 +391,69 @@ func TestStringBytewise(t *testing.T) {
 		check(b)
 	}
 }
+
+// TestNextKey checks NextKey, the one-step member scan, against Next and
+// then Key, the two steps it stands for: the same outcome, offsets,
+// flags, status and white-space count for what may follow a member's
+// value, cut at every length, with and without OneLine.
+func TestNextKey(t *testing.T) {
+	tails := []string{
+		`,"k":1}`, `}`, ` }`, "\t,\r\"k\" :\n 1}", `, "k": 1}`, `,"k" :1}`, `,"k": 1}`,
+		`,"\u00e9\n":1}`, ",\"\xc3\xa9\":1}", `,"k":"v"}`, `,"k":{}}`,
+		`,}`, `,,"k":1}`, `,"k"1}`, `,"k",1}`, `,k:1}`, `,1:1}`, `]`, `x`, `,"k\x":1}`, "\"k\":1}",
+		`,"` + strings.Repeat("k", 20) + `":1}`,
+	}
+	for _, oneLine := range []bool{false, true} {
+		for _, tail := range tails {
+			for n := 0; n <= len(tail); n++ {
+				b := []byte(`{"a":1` + tail[:n])
+				const i = len(`{"a":1`)
+				s1, s2 := Scanner{OneLine: oneLine}, Scanner{OneLine: oneLine}
+				key, end, value, fl, more, st := s1.NextKey(b, i)
+				j, wmore, wst := s2.Next(b, i, true)
+				wkey, wend, wvalue, wfl := 0, j, 0, Flags(0)
+				if wst == OK && wmore {
+					wkey = j
+					wend, wvalue, wfl, wst = s2.Key(b, j)
+				}
+				if st != wst || more != (wmore && wst == OK) || end != wend || s1.Space != s2.Space ||
+					st == OK && more && (key != wkey || value != wvalue || fl != wfl) {
+					t.Fatalf("oneLine %v, %q: NextKey key %d end %d value %d flags %d more %v status %#x space %d;\n"+
+						"Next, Key: key %d end %d value %d flags %d more %v status %#x space %d",
+						oneLine, b, key, end, value, fl, more, st, s1.Space, wkey, wend, wvalue, wfl, wmore, wst, s2.Space)
+				}
+			}
+		}
+	}
+	// A few outcomes spelled out: Key shares NextKey's code, so the
+	// comparison above does not check the key's part on its own.
+	for _, c := range []struct {
+		in         string
+		key        int
+		end, value int
+		fl         Flags
+		more       bool
+		st         Status
+	}{
+		{`,"k":1`, 1, 4, 5, 0, true, OK},
+		{`,"\n":1`, 1, 5, 6, Escaped, true, OK},
+		{",\"\xc3\xa9\":1", 1, 5, 6, NonASCII, true, OK},
+		{` , "k" : 1`, 3, 6, 9, 0, true, OK},
+		{`}`, 0, 1, 0, 0, false, OK},
+		{` }`, 0, 2, 0, 0, false, OK},
+		{`,}`, 0, 1, 0, 0, false, badKey},
+		{`,"k"1`, 0, 4, 0, 0, false, badColon},
+		{`,"k":`, 1, 4, 5, 0, true, OK}, // the value's absence is the caller's to find
+		{`,"k"`, 0, 4, 0, 0, false, badColon | truncated},
+		{`,`, 0, 1, 0, 0, false, badKey | truncated},
+		{``, 0, 0, 0, 0, false, badAfterObjectValue | truncated},
+		{`]`, 0, 0, 0, 0, false, badAfterObjectValue},
+	} {
+		var s Scanner
+		key, end, value, fl, more, st := s.NextKey([]byte(c.in), 0)
+		if end != c.end || more != c.more || st != c.st || more && (key != c.key || value != c.value || fl != c.fl) {
+			t.Errorf("%q: key %d end %d value %d flags %d more %v status %#x, want key %d end %d value %d flags %d more %v status %#x",
+				c.in, key, end, value, fl, more, st, c.key, c.end, c.value, c.fl, c.more, c.st)
+		}
+	}
+}

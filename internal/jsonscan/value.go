@@ -55,35 +55,69 @@ func (s *Scanner) Open(b []byte, i int) (int, bool, Status) {
 
 // Key scans an object's key at b[i] and the colon and white space after
 // it: it returns the offset after the key's closing quote (the key is
-// b[i:end]), its flags, and the offset of the value.
+// b[i:end]), its flags, and the offset of the value. With a Status other
+// than OK, end is the offset of the problem.
 func (s *Scanner) Key(b []byte, i int) (end, value int, fl Flags, st Status) {
-	if i >= len(b) {
-		return i, 0, 0, badKey | truncated
+	_, end, value, fl, _, st = s.member(b, i, false)
+	return end, value, fl, st
+}
+
+// NextKey goes on from b[i], the end of an object member's value, to the
+// next member's value: it skips the comma and the next key and colon, and
+// white space around them. It is Next and then Key in one step, the step
+// taken once per member of every object. With more true, the key is
+// b[key:end] (its quotes included), with flags fl, and its value is at
+// value. With more false, the object ended: end is the offset after its
+// closing brace. With a Status other than OK, end is the offset of the
+// problem.
+func (s *Scanner) NextKey(b []byte, i int) (key, end, value int, fl Flags, more bool, st Status) {
+	return s.member(b, i, true)
+}
+
+// member is Key (next false: the key is at b[i]) and NextKey (next true:
+// b[i] follows a member's value).
+func (s *Scanner) member(b []byte, i int, next bool) (key, end, value int, fl Flags, more bool, st Status) {
+	if next {
+		switch {
+		case i+1 < len(b) && b[i] == ',' && b[i+1] == '"': // the usual case
+			i++
+		case i < len(b) && b[i] == '}':
+			return 0, i + 1, 0, 0, false, OK
+		default:
+			var ok bool
+			if i, ok, st = s.next(b, i, true); st != OK || !ok {
+				return 0, i, 0, 0, false, st
+			}
+		}
 	}
-	if b[i] != '"' {
-		return i, 0, 0, badKey
+	if i >= len(b) || b[i] != '"' {
+		return i, i, 0, 0, false, badKey | truncatedIf(i >= len(b))
 	}
 	if end, fl, st = String(b, i); st != OK {
-		return end, 0, fl, st
+		return i, end, 0, fl, false, st
+	}
+	// The usual key: the colon right after it, the value right after that.
+	if end+1 < len(b) && b[end] == ':' && !space[b[end+1]] {
+		return i, end, end + 1, fl, true, OK
 	}
 	j := end
 	if spaceAt(b, j) {
 		if j, st = s.skipSpace(b, j); st != OK {
-			return j, 0, fl, st
+			return i, j, 0, fl, false, st
 		}
 	}
 	switch {
 	case j >= len(b):
-		return j, 0, fl, badColon | truncated
+		return i, j, 0, fl, false, badColon | truncated
 	case b[j] != ':':
-		return j, 0, fl, badColon
+		return i, j, 0, fl, false, badColon
 	}
 	if j++; spaceAt(b, j) {
 		if j, st = s.skipSpace(b, j); st != OK {
-			return j, 0, fl, st
+			return i, j, 0, fl, false, st
 		}
 	}
-	return end, j, fl, OK
+	return i, end, j, fl, true, OK
 }
 
 // Next skips what follows a member of an object (object true) or an
@@ -91,6 +125,13 @@ func (s *Scanner) Key(b []byte, i int) (end, value int, fl Flags, st Status) {
 // next one (more true, at the offset returned), or the close (more false,
 // the offset after it).
 func (s *Scanner) Next(b []byte, i int, object bool) (int, bool, Status) {
+	if i+1 < len(b) && b[i] == ',' && !space[b[i+1]] { // the usual case
+		return i + 1, true, OK
+	}
+	return s.next(b, i, object)
+}
+
+func (s *Scanner) next(b []byte, i int, object bool) (int, bool, Status) {
 	j, st := i, OK
 	if spaceAt(b, j) {
 		if j, st = s.skipSpace(b, j); st != OK {
@@ -144,7 +185,7 @@ func (s *Scanner) Value(b []byte, i, depth int) (int, Status) {
 				s.stack[depth>>6] |= 1 << (depth & 63)
 				depth++
 				var end int
-				if end, i, _, st = s.Key(b, i); st != OK {
+				if _, end, i, _, _, st = s.member(b, i, false); st != OK {
 					return end, st
 				}
 			} else {
@@ -164,20 +205,21 @@ func (s *Scanner) Value(b []byte, i, depth int) (int, Status) {
 		}
 		// A value ended at b[i]: close containers, or go on to the next.
 		for depth > base {
-			object := s.stack[(depth-1)>>6]&(1<<((depth-1)&63)) != 0
 			var more bool
-			if i, more, st = s.Next(b, i, object); st != OK {
+			if s.stack[(depth-1)>>6]&(1<<((depth-1)&63)) != 0 { // an object
+				var end int
+				if _, end, i, _, more, st = s.member(b, i, true); st != OK {
+					return end, st
+				}
+				if !more {
+					i = end
+				}
+			} else if i, more, st = s.Next(b, i, false); st != OK {
 				return i, st
 			}
 			if !more {
 				depth--
 				continue
-			}
-			if object {
-				var end int
-				if end, i, _, st = s.Key(b, i); st != OK {
-					return end, st
-				}
 			}
 			break
 		}

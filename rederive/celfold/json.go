@@ -133,12 +133,13 @@ func (d *celJSONDecoder) index() (ref.Val, error) {
 		return &celJSONObject{src: d.s}, nil
 	}
 	start := len(d.jfields)
+	key := j
+	kEnd, v, fl, st := d.sc.Key(d.b, key)
 	for {
-		kEnd, v, fl, st := d.sc.Key(d.b, j)
 		if st != jsonscan.OK {
 			return nil, d.fail(kEnd, st)
 		}
-		f := celJSONField{name: d.str(j, kEnd, fl), start: v}
+		f := celJSONField{name: d.str(key, kEnd, fl), start: v}
 		d.i = v
 		var err error
 		if f.kind, f.bits, err = d.skip(); err != nil {
@@ -151,11 +152,8 @@ func (d *celJSONDecoder) index() (ref.Val, error) {
 		}
 		d.jfields = append(d.jfields, f)
 		var more bool
-		if j, more, st = d.sc.Next(d.b, d.i, true); st != jsonscan.OK {
-			return nil, d.fail(j, st)
-		}
-		if !more {
-			d.i = j
+		if key, kEnd, v, fl, more, st = d.sc.NextKey(d.b, d.i); !more && st == jsonscan.OK {
+			d.i = kEnd
 			break
 		}
 	}
@@ -174,7 +172,7 @@ func (d *celJSONDecoder) skip() (kind uint8, bits uint64, err error) {
 		if st != jsonscan.OK {
 			return 0, 0, d.fail(end, st)
 		}
-		plain := plainString(d.s[d.i+1:end-1], fl)
+		plain := fl == 0 || plainString(d.s[d.i+1:end-1], fl)
 		d.i = end
 		if plain {
 			return jsonString, 0, nil
@@ -196,7 +194,7 @@ func (d *celJSONDecoder) skip() (kind uint8, bits uint64, err error) {
 		}
 		return jsonArray, 0, nil
 	case jsonscan.KindString:
-		plain := plainString(d.s[d.i+1:end-1], fl)
+		plain := fl == 0 || plainString(d.s[d.i+1:end-1], fl)
 		d.i = end
 		if plain {
 			return jsonString, 0, nil
@@ -224,7 +222,17 @@ func plainString(text string, fl jsonscan.Flags) bool {
 // str returns the string d.s[start:end] (its quotes included), scanned
 // with flags fl, decoded. Without escapes or invalid UTF-8 it is a
 // substring of the input, allocating nothing.
+//
+// str is called for every key: its usual case, ASCII without escapes, is
+// small enough to be inlined; the rest is in strSlow.
 func (d *celJSONDecoder) str(start, end int, fl jsonscan.Flags) string {
+	if fl == 0 {
+		return d.s[start+1 : end-1]
+	}
+	return d.strSlow(start, end, fl)
+}
+
+func (d *celJSONDecoder) strSlow(start, end int, fl jsonscan.Flags) string {
 	if text := d.s[start+1 : end-1]; plainString(text, fl) {
 		return text
 	}

@@ -87,13 +87,19 @@ func New(base string, v note.Verifier, opts ...Option) *Client {
 func (c *Client) Origin(log string) string { return c.verifier.Name() + "/" + log }
 
 func (c *Client) get(ctx context.Context, path string, q url.Values) ([]byte, error) {
+	b, _, err := c.getHeader(ctx, path, q)
+	return b, err
+}
+
+// getHeader is get, returning the response's header too.
+func (c *Client) getHeader(ctx context.Context, path string, q url.Values) ([]byte, http.Header, error) {
 	u := c.base + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return nil, redact.Error(err, c.base) // a parse error quotes the URL
+		return nil, nil, redact.Error(err, c.base) // a parse error quotes the URL
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
@@ -101,12 +107,12 @@ func (c *Client) get(ctx context.Context, path string, q url.Values) ([]byte, er
 	resp, err := c.http.Do(req)
 	if err != nil {
 		// net/http hides the password, not a token in the query.
-		return nil, redact.Error(err, c.base)
+		return nil, nil, redact.Error(err, c.base)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", redact.URL(u), err)
+		return nil, nil, fmt.Errorf("GET %s: %w", redact.URL(u), err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		status := errors.New(resp.Status)
@@ -117,11 +123,11 @@ func (c *Client) get(ctx context.Context, path string, q url.Values) ([]byte, er
 			Error string `json:"error"`
 		}
 		if json.Unmarshal(b, &e) == nil && e.Error != "" {
-			return nil, fmt.Errorf("GET %s: %w: %s", redact.URL(u), status, e.Error)
+			return nil, resp.Header, fmt.Errorf("GET %s: %w: %s", redact.URL(u), status, e.Error)
 		}
-		return nil, fmt.Errorf("GET %s: %w", redact.URL(u), status)
+		return nil, resp.Header, fmt.Errorf("GET %s: %w", redact.URL(u), status)
 	}
-	return b, nil
+	return b, resp.Header, nil
 }
 
 func logPath(log string) string { return "/v1/logs/" + url.PathEscape(log) }

@@ -237,6 +237,7 @@ func TestRemoteLogTampered(t *testing.T) {
 			url := tamperingProxy(t, s.url, forgeRanges(t, 2000))
 			rl, pin := s.ledger(t, url, 0)
 			rl.PageProofs = proofs
+			rl.JSONPages = true // the forgery is in the JSON listing
 			r := rl.Reader("payments", pin)
 			for _, rg := range [][2]uint64{{1500, 2600}, {2000, 2001}, {1999, 2001}, {1024, 2048}, {2000, 3100}} {
 				got, err := readRange(r, rg[0], rg[1])

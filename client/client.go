@@ -43,6 +43,7 @@ type Client struct {
 	token    string
 	policy   *witness.Policy // witness.go
 	tls      *tls.Config
+	gzip     int // bundles.go: bundle compression, 0 auto, 1 on, -1 off
 }
 
 // Option configures a Client.
@@ -87,12 +88,14 @@ func New(base string, v note.Verifier, opts ...Option) *Client {
 func (c *Client) Origin(log string) string { return c.verifier.Name() + "/" + log }
 
 func (c *Client) get(ctx context.Context, path string, q url.Values) ([]byte, error) {
-	b, _, err := c.getHeader(ctx, path, q)
+	b, _, err := c.getHeader(ctx, path, q, false)
 	return b, err
 }
 
-// getHeader is get, returning the response's header too.
-func (c *Client) getHeader(ctx context.Context, path string, q url.Values) ([]byte, http.Header, error) {
+// getHeader is get, returning the response's header too (with an error
+// status as well). With identity it asks for the body uncompressed (the
+// transport asks for gzip otherwise).
+func (c *Client) getHeader(ctx context.Context, path string, q url.Values, identity bool) ([]byte, http.Header, error) {
 	u := c.base + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
@@ -103,6 +106,9 @@ func (c *Client) getHeader(ctx context.Context, path string, q url.Values) ([]by
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if identity {
+		req.Header.Set("Accept-Encoding", "identity")
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {

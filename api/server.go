@@ -139,6 +139,8 @@ func (s *Server) routes() *chi.Mux {
 				r.Get("/proof/consistency", s.getConsistency)
 				r.Get("/tile/*", s.getTile)
 				r.Head("/tile/*", s.getTile)
+				r.Get("/payloads/*", s.getPayloadBundle) // payloads.go
+				r.Head("/payloads/*", s.getPayloadBundle)
 			})
 		})
 	})

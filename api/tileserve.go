@@ -25,11 +25,17 @@ import (
 // strong for them; the gzip form's is weak (W/"<hex>-gzip"), as its bytes
 // depend on the compressor's version.
 func serveTile(w http.ResponseWriter, r *http.Request, b []byte, bundle bool) {
+	serveBytes(w, r, b, bundle, cacheTile)
+}
+
+// serveBytes is serveTile with the Cache-Control cc; compress says whether
+// the bytes may go gzip-compressed.
+func serveBytes(w http.ResponseWriter, r *http.Request, b []byte, compress bool, cc string) {
 	h := w.Header()
 	h.Set("Content-Type", "application/octet-stream")
-	h.Set("Cache-Control", cacheTile)
+	h.Set("Cache-Control", cc)
 	gz := false
-	if bundle {
+	if compress {
 		h.Set("Vary", "Accept-Encoding")
 		gz = acceptsGzip(r.Header.Get("Accept-Encoding"))
 	}

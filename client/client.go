@@ -43,6 +43,7 @@ type Client struct {
 	token    string
 	policy   *witness.Policy // witness.go
 	tls      *tls.Config
+	gzip     int // bundles.go: bundle compression, 0 auto, 1 on, -1 off
 }
 
 // Option configures a Client.
@@ -87,26 +88,37 @@ func New(base string, v note.Verifier, opts ...Option) *Client {
 func (c *Client) Origin(log string) string { return c.verifier.Name() + "/" + log }
 
 func (c *Client) get(ctx context.Context, path string, q url.Values) ([]byte, error) {
+	b, _, err := c.getHeader(ctx, path, q, false)
+	return b, err
+}
+
+// getHeader is get, returning the response's header too (with an error
+// status as well). With identity it asks for the body uncompressed (the
+// transport asks for gzip otherwise).
+func (c *Client) getHeader(ctx context.Context, path string, q url.Values, identity bool) ([]byte, http.Header, error) {
 	u := c.base + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return nil, redact.Error(err, c.base) // a parse error quotes the URL
+		return nil, nil, redact.Error(err, c.base) // a parse error quotes the URL
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
+	if identity {
+		req.Header.Set("Accept-Encoding", "identity")
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		// net/http hides the password, not a token in the query.
-		return nil, redact.Error(err, c.base)
+		return nil, nil, redact.Error(err, c.base)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", redact.URL(u), err)
+		return nil, nil, fmt.Errorf("GET %s: %w", redact.URL(u), err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		status := errors.New(resp.Status)
@@ -117,11 +129,11 @@ func (c *Client) get(ctx context.Context, path string, q url.Values) ([]byte, er
 			Error string `json:"error"`
 		}
 		if json.Unmarshal(b, &e) == nil && e.Error != "" {
-			return nil, fmt.Errorf("GET %s: %w: %s", redact.URL(u), status, e.Error)
+			return nil, resp.Header, fmt.Errorf("GET %s: %w: %s", redact.URL(u), status, e.Error)
 		}
-		return nil, fmt.Errorf("GET %s: %w", redact.URL(u), status)
+		return nil, resp.Header, fmt.Errorf("GET %s: %w", redact.URL(u), status)
 	}
-	return b, nil
+	return b, resp.Header, nil
 }
 
 func logPath(log string) string { return "/v1/logs/" + url.PathEscape(log) }

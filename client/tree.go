@@ -30,12 +30,16 @@ type Tree struct {
 	c    *Client
 	log  string
 	size uint64
+	root merkle.Hash
 	// roots are the subtree hashes of the full bundles [0, size/256).
 	roots []merkle.Hash
 	mu    sync.Mutex
 	// leaves are level-0 tiles read so far, checked, by bundle: the last
 	// partial bundle's from the start, others as ranges need them.
 	leaves map[uint64][]merkle.Hash
+	// cache, if set (UseCache), keeps proven full bundles in cacheDir.
+	cache    *BundleCache
+	cacheDir string
 }
 
 // maxTileFetches bounds the tile requests a Tree keeps in flight.
@@ -46,7 +50,7 @@ const maxTileFetches = 8
 // other than the log's tree at cp gets ErrVerification. A server that
 // serves no tiles gets an error wrapping ErrNotFound.
 func (c *Client) Tree(ctx context.Context, log string, cp merkle.Checkpoint) (*Tree, error) {
-	t := &Tree{c: c, log: log, size: cp.Size, leaves: map[uint64][]merkle.Hash{}}
+	t := &Tree{c: c, log: log, size: cp.Size, root: cp.Root, leaves: map[uint64][]merkle.Hash{}}
 	full := cp.Size / tileWidth // full bundles, and level-8 hashes
 	t.roots = make([]merkle.Hash, full)
 	var (

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/auditd/auditd/client"
@@ -180,6 +181,16 @@ type RemoteLedger struct {
 	// PageProofs proves each page with an inclusion and a consistency
 	// proof, not with the tiles.
 	PageProofs bool
+	// JSONPages reads the entries from the JSON entry listing, proven by
+	// the tiles, not from entry and payload bundles.
+	JSONPages bool
+	// Cache, if set, keeps the full bundles read, and serves them to later
+	// runs once proven against their pin (client.Tree.UseCache).
+	Cache *client.BundleCache
+
+	// noBundles is set once the server answered that it serves no
+	// payload bundles: the entries are read as JSON from then on.
+	noBundles atomic.Bool
 
 	mu    sync.Mutex
 	trees map[fold.Pin]*remoteTree
@@ -216,6 +227,11 @@ func (r *RemoteLedger) tree(ctx context.Context, log string, p fold.Pin) (*clien
 		}
 	}
 	rt.t, rt.err = r.Client.Tree(ctx, log, merkle.Checkpoint{Size: p.Size, Root: p.Root})
+	if rt.err == nil && r.Cache != nil && !r.JSONPages {
+		if err := rt.t.UseCache(ctx, r.Cache); err != nil {
+			rt.t, rt.err = nil, err
+		}
+	}
 	if rt.err != nil && !errors.Is(rt.err, client.ErrVerification) && !errors.Is(rt.err, client.ErrNotFound) {
 		r.mu.Lock()
 		delete(r.trees, key)
@@ -300,7 +316,7 @@ func (l *remoteLog) Entries(ctx context.Context, from, to uint64, fn func(*ledge
 		switch {
 		case err == nil:
 			fetch = func(ctx context.Context, from, to uint64) ([]ledger.Record, merkle.Hash, error) {
-				recs, err := l.tiledPage(ctx, tree, from, to)
+				recs, err := l.bundledPage(ctx, tree, from, to)
 				return recs, merkle.Hash{}, err
 			}
 		case errors.Is(err, client.ErrNotFound):
@@ -368,6 +384,51 @@ func (l *remoteLog) tiledPage(ctx context.Context, tree *client.Tree, from, to u
 	}
 	if err := tree.Check(ctx, from, hashes); err != nil {
 		return nil, verificationErr(err)
+	}
+	return recs, nil
+}
+
+// bundledPage reads the entries [from, to) (from < to <= the pin's size)
+// from the bundles that hold them, fetched in parallel and each proven
+// against the pinned tree (client.Tree.Bundle): leaves against the tree,
+// payloads against their leaves. Against a server without payload
+// bundles, or a bundle too large to be sent whole, it reads the page as
+// JSON (tiledPage).
+func (l *remoteLog) bundledPage(ctx context.Context, tree *client.Tree, from, to uint64) ([]ledger.Record, error) {
+	if l.r.JSONPages || l.r.noBundles.Load() {
+		return l.tiledPage(ctx, tree, from, to)
+	}
+	first, last := from/merkle.TileWidth, (to-1)/merkle.TileWidth
+	bundles := make([]*client.Bundle, last-first+1)
+	errs := make([]error, len(bundles))
+	var wg sync.WaitGroup
+	for i := range bundles {
+		wg.Go(func() { bundles[i], errs[i] = tree.Bundle(ctx, first+uint64(i)) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		switch {
+		case err == nil:
+		case errors.Is(err, client.ErrNoPayloadBundles):
+			l.r.noBundles.Store(true)
+			return l.tiledPage(ctx, tree, from, to)
+		case errors.Is(err, client.ErrPayloadsTooLarge):
+			return l.tiledPage(ctx, tree, from, to)
+		default:
+			return nil, fmt.Errorf("rederive: %s: entries [%d, %d): %w", l.name, from, to, verificationErr(err))
+		}
+	}
+	recs := make([]ledger.Record, 0, to-from)
+	for _, b := range bundles {
+		start := b.N * merkle.TileWidth
+		lo, hi := max(from, start)-start, min(to, start+uint64(len(b.Leaves)))-start
+		for i := lo; i < hi; i++ {
+			recs = append(recs, ledger.Record{Index: start + i, Leaf: b.Leaves[i], LeafHash: b.Hashes[i],
+				Payload: b.Payloads[i], PayloadPruned: b.Pruned[i]})
+		}
+	}
+	if uint64(len(recs)) != to-from {
+		return nil, fmt.Errorf("%w: %s: %d entries in the bundles for [%d, %d)", ErrVerification, l.name, len(recs), from, to)
 	}
 	return recs, nil
 }

@@ -47,6 +47,13 @@ func newRemoteTestServer(t testing.TB) *remoteTestServer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newKeyedTestServer(t, skey, vkey, remoteTestEntries, `{"n":%d}`)
+}
+
+// newKeyedTestServer is newRemoteTestServer with the key given, n
+// entries, and payloads made by fmt.Appendf(nil, payload, i).
+func newKeyedTestServer(t testing.TB, skey, vkey string, n int, payload string) *remoteTestServer {
+	t.Helper()
 	signer, _ := note.NewSigner(skey)
 	verifier, _ := note.NewVerifier(vkey)
 	quiet := slog.New(slog.DiscardHandler)
@@ -66,17 +73,17 @@ func newRemoteTestServer(t testing.TB) *remoteTestServer {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	t0 := time.Unix(1_700_000_000, 0)
-	for start := 0; start < remoteTestEntries; start += 1000 {
+	for start := 0; start < n; start += 1000 {
 		var es []ledger.Entry
-		for i := start; i < min(start+1000, remoteTestEntries); i++ {
+		for i := start; i < min(start+1000, n); i++ {
 			es = append(es, ledger.Entry{ID: fmt.Sprintf("e-%d", i), HasKey: true, Key: fmt.Appendf(nil, "k%d", i%11),
-				Time: t0.Add(time.Duration(i) * time.Second), Payload: fmt.Appendf(nil, `{"n":%d}`, i), PayloadJSON: true})
+				Time: t0.Add(time.Duration(i) * time.Second), Payload: fmt.Appendf(nil, payload, i), PayloadJSON: true})
 		}
 		if _, err := l.Append(ctx, es); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := l.WaitCheckpoint(ctx, remoteTestEntries); err != nil {
+	if _, err := l.WaitCheckpoint(ctx, uint64(n)); err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(api.New(st, vkey, api.Options{Logger: quiet}))
@@ -237,6 +244,7 @@ func TestRemoteLogTampered(t *testing.T) {
 			url := tamperingProxy(t, s.url, forgeRanges(t, 2000))
 			rl, pin := s.ledger(t, url, 0)
 			rl.PageProofs = proofs
+			rl.JSONPages = true // the forgery is in the JSON listing
 			r := rl.Reader("payments", pin)
 			for _, rg := range [][2]uint64{{1500, 2600}, {2000, 2001}, {1999, 2001}, {1024, 2048}, {2000, 3100}} {
 				got, err := readRange(r, rg[0], rg[1])

@@ -34,7 +34,7 @@ const (
 // verifyFlags are auditd verify's flags.
 type verifyFlags struct {
 	config, dataDir, server, vkey, vkeyFile, token, only string
-	jsonOut, junitOut, mdOut                             string
+	jsonOut, junitOut, mdOut, cacheDir                   string
 	workers                                              int
 	timeout                                              time.Duration
 	quiet, fromSnapshot                                  bool
@@ -77,6 +77,7 @@ func parseVerifyFlags(args []string, stderr io.Writer) (f verifyFlags, help bool
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Minute, "overall time limit")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar and no logs on stderr")
 	fs.BoolVar(&f.fromSnapshot, "from-snapshot", false, "with --server: start each derivation from the snapshot the server publishes, checked against --verifier-key (docs/derivations.md, \"Snapshots\")")
+	fs.StringVar(&f.cacheDir, "cache-dir", "", "with --server: keep the bundles read in this directory, and read them from it on later runs once proven against the new checkpoint (docs/ci.md)")
 	bindWitnessPolicyFlags(fs, &f.wp) // witness.go; with --server only
 	bindClientTLSFlags(fs, &f.tls)    // tls.go; with --server only
 	fs.Usage = func() {
@@ -94,6 +95,9 @@ func parseVerifyFlags(args []string, stderr io.Writer) (f verifyFlags, help bool
 	}
 	if f.fromSnapshot && f.server == "" {
 		return f, false, errors.New("--from-snapshot needs --server")
+	}
+	if f.cacheDir != "" && f.server == "" {
+		return f, false, errors.New("--cache-dir needs --server")
 	}
 	if !f.tls.files.IsZero() && f.server == "" {
 		return f, false, errors.New("--ca-file, --tls-client-cert and --tls-client-key need --server")
@@ -238,7 +242,13 @@ func verifyLedger(f verifyFlags, logger *slog.Logger) (rederive.Ledger, func(), 
 	if err != nil {
 		return nil, nil, err
 	}
-	return &rederive.RemoteLedger{Client: client.New(base, v, append(wopts, client.WithTLSConfig(tc), client.WithToken(f.token))...)}, func() {}, nil
+	rl := &rederive.RemoteLedger{Client: client.New(base, v, append(wopts, client.WithTLSConfig(tc), client.WithToken(f.token))...)}
+	if f.cacheDir != "" {
+		if rl.Cache, err = client.OpenBundleCache(f.cacheDir); err != nil {
+			return nil, nil, err
+		}
+	}
+	return rl, func() {}, nil
 }
 
 // writeVerifyReports writes the JSON, JUnit and Markdown reports asked for.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -218,6 +219,7 @@ func TestVerifyRemoteBeyondFirstBatch(t *testing.T) {
 				forgeEntry(t, e, fmt.Appendf(nil, `{"account":%q,"amount":%d}`, a, amt+1_000_000))
 			})
 		})
+		url = jsonOnlyProxy(t, url) // the lie is in the JSON listing: a server without payload bundles
 		checkVerificationFailure(t, runVerifyTest(t, d.remoteArgs(url, spec)...), "entries [2816, 3072) of payments hash to")
 	})
 
@@ -230,6 +232,7 @@ func TestVerifyRemoteBeyondFirstBatch(t *testing.T) {
 		}
 		perm[2999], perm[3000] = 3000, 2999
 		url := tamperProxy(t, d.url, permutedEntries(t, d.url, perm))
+		url = jsonOnlyProxy(t, url) // the lie is in the JSON listing: a server without payload bundles
 		checkVerificationFailure(t, runVerifyTest(t, d.remoteArgs(url, spec)...), "entries [2816, 3072) of payments hash to")
 	})
 
@@ -247,6 +250,7 @@ func TestVerifyRemoteBeyondFirstBatch(t *testing.T) {
 				forgeEntry(t, e, []byte(`{"account":"mallory","amount":1}`))
 			})
 		})
+		url = jsonOnlyProxy(t, url) // the lie is in the JSON listing: a server without payload bundles
 		checkVerificationFailure(t, runVerifyTest(t, d.remoteArgs(url, spec)...), "entry 3104 of payments has leaf hash")
 	})
 
@@ -355,4 +359,201 @@ func noTilesProxy(t *testing.T, upstream string) string {
 	}))
 	t.Cleanup(srv.Close)
 	return srv.URL
+}
+
+// jsonOnlyProxy serves upstream but answers 404 for payload bundles, as a
+// server from before them would: entries are read from the JSON listing.
+func jsonOnlyProxy(t *testing.T, upstream string) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.Path, "/payloads/") {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			io.WriteString(w, `{"error":"not found"}`)
+			return
+		}
+		resp, err := http.Get(upstream + r.URL.RequestURI())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
+		w.WriteHeader(resp.StatusCode)
+		io.Copy(w, resp.Body)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// editPayloadBundle rewrites entry i of a payload bundle with edit (a nil
+// result: the marker of a payload not held).
+func editPayloadBundle(b []byte, i int, edit func([]byte) []byte) []byte {
+	var ps [][]byte
+	for len(b) >= 4 {
+		l := binary.BigEndian.Uint32(b)
+		b = b[4:]
+		if l == 1<<32-1 {
+			ps = append(ps, nil)
+			continue
+		}
+		ps = append(ps, append([]byte(nil), b[:l]...))
+		b = b[l:]
+	}
+	ps[i] = edit(ps[i])
+	var out []byte
+	for _, p := range ps {
+		if p == nil {
+			out = binary.BigEndian.AppendUint32(out, 1<<32-1)
+			continue
+		}
+		out = binary.BigEndian.AppendUint32(out, uint32(len(p)))
+		out = append(out, p...)
+	}
+	return out
+}
+
+// TestVerifyRemoteBundles: auditd verify --server reads the entries from
+// entry and payload bundles; a server that lies in them exits 3, past the
+// boundaries of a bundle, a read batch and the partial last bundle; with
+// --cache-dir a second run reads the full bundles from the cache, a
+// damaged cache is refetched, and a lie in what is not cached still
+// exits 3.
+func TestVerifyRemoteBundles(t *testing.T) {
+	d := startBigVerifyDaemon(t)
+	tb := newVerifyTable(t)
+	tb.set(bigBalances(bigPayments))
+	spec := writeVerifySpec(t, tb.name, verifySpecOpts{})
+	const p = "/v1/logs/payments/"
+
+	t.Run("honest server", func(t *testing.T) {
+		var mu sync.Mutex
+		count := map[string]int{}
+		url := tamperProxy(t, d.url, func(r *http.Request, body []byte) []byte {
+			mu.Lock()
+			count[r.URL.Path]++
+			mu.Unlock()
+			return nil
+		})
+		if r := runVerifyTest(t, d.remoteArgs(url, spec)...); r.code != exitClean {
+			t.Fatalf("honest server: %v", r)
+		}
+		ranges, bundles := 0, 0
+		for path, n := range count {
+			switch {
+			case path == p+"entries":
+				ranges += n
+			case strings.HasPrefix(path, p+"payloads/"):
+				bundles += n
+			}
+		}
+		if ranges != 0 || bundles != 13 {
+			t.Errorf("%d JSON ranges and %d payload bundles fetched; want none and 13 (%v)", ranges, bundles, count)
+		}
+	})
+
+	swap := func(a, b int) func(r *http.Request, body []byte) []byte {
+		return func(r *http.Request, body []byte) []byte {
+			path := strings.TrimPrefix(r.URL.Path, p+"payloads/")
+			for _, c := range [][2]int{{a, b}, {b, a}} {
+				if path == client.TilePath(0, uint64(c[0]/256), 256)[2:] {
+					acct, amt := bigPayment(c[1])
+					return editPayloadBundle(body, c[0]%256, func([]byte) []byte {
+						return fmt.Appendf(nil, `{"account":%q,"amount":%d}`, acct, amt)
+					})
+				}
+			}
+			return nil
+		}
+	}
+	lies := []struct {
+		name   string
+		edit   func(r *http.Request, body []byte) []byte
+		detail string
+	}{
+		{"payload byte flipped (entry 3000)", func(r *http.Request, body []byte) []byte {
+			if r.URL.Path != p+"payloads/011" {
+				return nil
+			}
+			return editPayloadBundle(body, 3000%256, func(v []byte) []byte { v[len(v)-2] ^= 1; return v })
+		}, "entry 3000 of payments: the payload served does not hash"},
+		{"payloads of 1023 and 1024 swapped", swap(1023, 1024), "the payload served does not hash"},
+		{"payloads of 2815 and 2816 swapped", swap(2815, 2816), "the payload served does not hash"},
+		{"the partial last bundle's payload rewritten", func(r *http.Request, body []byte) []byte {
+			if r.URL.Path != p+"payloads/012.p/33" {
+				return nil
+			}
+			return editPayloadBundle(body, 32, func([]byte) []byte { return []byte(`{"account":"mallory","amount":1}`) })
+		}, "entry 3104 of payments: the payload served does not hash"},
+		{"payload bundle truncated", func(r *http.Request, body []byte) []byte {
+			if r.URL.Path != p+"payloads/005" {
+				return nil
+			}
+			return body[:len(body)-3]
+		}, "payload bundle 5 of payments: truncated"},
+		{"entry bundle of the wrong index", func(r *http.Request, body []byte) []byte {
+			if r.URL.Path != p+"tile/entries/005" {
+				return nil
+			}
+			resp, err := http.Get(d.url + p + "tile/entries/006")
+			if err != nil {
+				t.Error(err)
+				return nil
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return b
+		}, "entries [1280, 1536) of payments hash to"},
+		{"pruned marker on an unpruned entry", func(r *http.Request, body []byte) []byte {
+			if r.URL.Path != p+"payloads/002" {
+				return nil
+			}
+			return editPayloadBundle(body, 7, func([]byte) []byte { return nil })
+		}, "entry 519 of payments: payload withheld as pruned"},
+	}
+	for _, c := range lies {
+		t.Run(c.name, func(t *testing.T) {
+			checkVerificationFailure(t, runVerifyTest(t, d.remoteArgs(tamperProxy(t, d.url, c.edit), spec)...), c.detail)
+		})
+	}
+
+	t.Run("--cache-dir", func(t *testing.T) {
+		cache := t.TempDir()
+		var mu sync.Mutex
+		bundles := 0
+		url := tamperProxy(t, d.url, func(r *http.Request, body []byte) []byte {
+			if strings.HasPrefix(r.URL.Path, p+"payloads/") {
+				mu.Lock()
+				bundles++
+				mu.Unlock()
+			}
+			return nil
+		})
+		fetched := func() int { mu.Lock(); defer mu.Unlock(); n := bundles; bundles = 0; return n }
+		for run, want := range []int{13, 1} {
+			if r := runVerifyTest(t, d.remoteArgs(url, spec, "--cache-dir", cache)...); r.code != exitClean {
+				t.Fatalf("run %d with --cache-dir: %v", run+1, r)
+			}
+			if n := fetched(); n != want {
+				t.Errorf("run %d: %d payload bundles fetched, want %d", run+1, n, want)
+			}
+		}
+		// A flipped byte in a cached bundle: refetched, still clean.
+		files, _ := filepath.Glob(filepath.Join(cache, "v1", "*", "*.bundle"))
+		if len(files) != 12 {
+			t.Fatalf("%d bundles cached, want 12", len(files))
+		}
+		b, _ := os.ReadFile(files[3])
+		b[len(b)-5] ^= 1
+		os.WriteFile(files[3], b, 0o644)
+		if r := runVerifyTest(t, d.remoteArgs(url, spec, "--cache-dir", cache)...); r.code != exitClean {
+			t.Fatalf("damaged cache: %v", r)
+		}
+		if n := fetched(); n != 2 {
+			t.Errorf("damaged cache: %d payload bundles fetched, want 2 (the damaged one and the partial one)", n)
+		}
+		// A lie in the partial bundle, never cached, still exits 3.
+		lie := tamperProxy(t, d.url, lies[3].edit)
+		checkVerificationFailure(t, runVerifyTest(t, d.remoteArgs(lie, spec, "--cache-dir", cache)...), lies[3].detail)
+	})
 }

@@ -641,6 +641,7 @@ func TestVerifyLedgerFailures(t *testing.T) {
 			}
 			return rewriteEntries(t, body, func(e *client.Entry) { raiseAmount(t, e) })
 		})
+		url = jsonOnlyProxy(t, url) // verify_remote_test.go: the lie is in the JSON listing
 		checkVerificationFailure(t, runVerifyTest(t, d.remoteArgs(url, spec)...), "leaf bytes from the server differ from the leaf recomputed from its fields")
 	})
 
@@ -673,6 +674,7 @@ func TestVerifyLedgerFailures(t *testing.T) {
 				e.PayloadSHA256 = base64.StdEncoding.EncodeToString(leaf.PayloadSHA256[:])
 			})
 		})
+		url = jsonOnlyProxy(t, url) // verify_remote_test.go: the lie is in the JSON listing
 		checkVerificationFailure(t, runVerifyTest(t, d.remoteArgs(url, spec)...), "entry 1 of payments has leaf hash")
 	})
 
@@ -680,12 +682,14 @@ func TestVerifyLedgerFailures(t *testing.T) {
 		// p-3 (alice -30) withheld; the list keeps its length by repeating
 		// the last entry.
 		url := tamperProxy(t, d.url, permutedEntries(t, d.url, []int{0, 1, 3, 4, 4}))
+		url = jsonOnlyProxy(t, url) // verify_remote_test.go: the lie is in the JSON listing
 		checkVerificationFailure(t, runVerifyTest(t, d.remoteArgs(url, spec)...), "entry 2 of payments has leaf hash")
 	})
 
 	t.Run("entries reordered", func(t *testing.T) {
 		// The same balances, so only the tree can tell.
 		url := tamperProxy(t, d.url, permutedEntries(t, d.url, []int{0, 2, 1, 3, 4}))
+		url = jsonOnlyProxy(t, url) // verify_remote_test.go: the lie is in the JSON listing
 		checkVerificationFailure(t, runVerifyTest(t, d.remoteArgs(url, spec)...), "entry 1 of payments has leaf hash")
 	})
 

@@ -107,7 +107,9 @@ func (l *liveDerivations) current() []rederive.Job {
 
 // liveChecks is the API's view of the self-audit runner running now
 // (api.Checks); a reload replaces the runner.
-type liveChecks struct{ cur atomic.Pointer[checkers.Runner] }
+type liveChecks struct {
+	cur atomic.Pointer[checkers.Runner]
+}
 
 func (l *liveChecks) Status() []checkers.Status {
 	if r := l.cur.Load(); r != nil {

@@ -58,7 +58,9 @@ func serveConfig(args []string) (Config, error) {
 	kf := bindKafkaFlags(fset)
 	fset.Usage = func() {
 		fmt.Fprintf(fset.Output(), "Usage: auditd serve [flags]\n\nRuns the ledger and its HTTP API. With no flags: data in ./auditd-data,\n"+
-			"HTTP on 127.0.0.1:8080, a signing key generated on first start. SIGHUP (or\nPOST /-/reload with the write token) reloads the configuration.\n\n")
+			"HTTP on 127.0.0.1:8080, a signing key generated on first start. SIGHUP (or\nPOST /-/reload with the write token) reloads the configuration: tokens, TLS\n"+
+			"files, derivations (and their spec files' contents), derivation_workers,\nchecks, webhooks, external_url, witness.witnesses and retention apply live;\n"+
+			"a change of any other key is refused by name, the running configuration kept.\n\n")
 		fset.PrintDefaults()
 	}
 	if err := fset.Parse(args); err != nil {

@@ -356,3 +356,40 @@ func TestReloadLiveParts(t *testing.T) {
 		}
 	}
 }
+
+// TestReloadChangesNamed: a change inside witness: is named by its key
+// (witness.witnesses is live, witness.name is not), and a spec file edited
+// in place, its path unchanged, changes specDigest while an untouched one
+// keeps it.
+func TestReloadChangesNamed(t *testing.T) {
+	a, b := defaultConfig(), defaultConfig()
+	b.Witness.Witnesses = []WitnessEndpoint{{URL: "http://w.example"}}
+	if got := configChanges(a, b); !slices.Equal(got, []string{"witness.witnesses"}) || !liveKeys[got[0]] {
+		t.Errorf("witnesses changed: %v", got)
+	}
+	b = defaultConfig()
+	b.Witness.Name, b.Listen = "other", "127.0.0.1:1"
+	got := configChanges(a, b)
+	if !slices.Contains(got, "witness.name") || !slices.Contains(got, "listen") || liveKeys["witness.name"] || liveKeys["listen"] {
+		t.Errorf("witness.name and listen changed: %v", got)
+	}
+	if got := configChanges(a, defaultConfig()); len(got) != 0 {
+		t.Errorf("no change: %v", got)
+	}
+
+	dir := t.TempDir()
+	f := filepath.Join(dir, "s.yaml")
+	if err := os.WriteFile(f, []byte("derivations: []\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before := specDigest([]string{f})
+	if again := specDigest([]string{f}); again != before {
+		t.Error("specDigest of an unchanged file changed")
+	}
+	if err := os.WriteFile(f, []byte("derivations: [] \n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if specDigest([]string{f}) == before {
+		t.Error("specDigest did not see the file edited in place")
+	}
+}

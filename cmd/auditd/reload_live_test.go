@@ -66,7 +66,7 @@ func (r *recorder) count(s string) int {
 // keeps running; the checks' schedule changes; a webhook URL changed sends
 // the next alert to the new receiver and none to the old; a witness list
 // changed sends checkpoints to the new witness and none to the old; a
-// change of witness.name is refused by name.
+// change of witness.name is refused by name; retention added prunes.
 func TestReloadLiveParts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
@@ -97,7 +97,7 @@ func TestReloadLiveParts(t *testing.T) {
 		t.Fatal(err)
 	}
 	type parts struct {
-		specs, hook, witness, scrub, witnessName string
+		specs, hook, witness, scrub, witnessName, retention string
 	}
 	cfgPath := filepath.Join(dir, "auditd.yaml")
 	writeCfg := func(p parts) {
@@ -110,6 +110,7 @@ func TestReloadLiveParts(t *testing.T) {
 		if p.witnessName != "" {
 			body += "  name: " + p.witnessName + "\n"
 		}
+		body += p.retention
 		write("auditd.yaml", body)
 	}
 	cur := parts{specs: balSpec, hook: hookA.srv.URL, witness: witA.srv.URL, scrub: "1h"}
@@ -209,22 +210,26 @@ func TestReloadLiveParts(t *testing.T) {
 		})
 		return rep.State, string(rep.Drift)
 	}
-	checkInterval := func() []float64 {
+	// scrubInterval is the scrub checker's interval in /v1/checks.
+	scrubInterval := func() float64 {
 		t.Helper()
 		_, body := do(http.MethodGet, "/v1/checks", nil)
 		var v struct {
 			Checks []struct {
+				Name            string  `json:"name"`
 				IntervalSeconds float64 `json:"interval_seconds"`
 			}
 		}
 		if err := json.Unmarshal([]byte(body), &v); err != nil {
 			t.Fatalf("GET /v1/checks: %v %s", err, body)
 		}
-		var out []float64
 		for _, c := range v.Checks {
-			out = append(out, c.IntervalSeconds)
+			if c.Name == "scrub" {
+				return c.IntervalSeconds
+			}
 		}
-		return out
+		t.Fatalf("no scrub checker in /v1/checks: %s", body)
+		return 0
 	}
 	post := func(log, body string) {
 		t.Helper()
@@ -246,8 +251,8 @@ func TestReloadLiveParts(t *testing.T) {
 		t.Fatalf("derivations at start: %v", got)
 	}
 	waitFor("bal clean at start (once pay is checkpointed)", func() bool { st, _ := verdict(); return st == "clean" })
-	if !slices.Contains(checkInterval(), 3600) {
-		t.Fatalf("no checker every 1h at start: %v", checkInterval())
+	if iv := scrubInterval(); iv != 3600 {
+		t.Fatalf("scrub every %vs at start, want 3600", iv)
 	}
 	waitFor("the first witness tried", func() bool { return witA.count("/add-checkpoint") > 0 })
 
@@ -268,8 +273,8 @@ func TestReloadLiveParts(t *testing.T) {
 	if got := derivations(); !slices.Equal(got, []string{"bal", "cnt"}) {
 		t.Errorf("derivations after adding cnt.yaml: %v", got)
 	}
-	if iv := checkInterval(); !slices.Contains(iv, 7200) || slices.Contains(iv, 3600) {
-		t.Errorf("checker intervals after scrub_interval 1h -> 2h: %v", iv)
+	if iv := scrubInterval(); iv != 7200 {
+		t.Errorf("scrub every %vs after scrub_interval 1h -> 2h, want 7200", iv)
 	}
 
 	// 3. A spec that does not compile: refused with file:line:col, the two
@@ -337,6 +342,17 @@ func TestReloadLiveParts(t *testing.T) {
 	if got := derivations(); !slices.Equal(got, []string{"cnt"}) {
 		t.Errorf("derivations after removing bal.yaml: %v", got)
 	}
+	// 8. Retention added: log r (no derivation reads it) keeps its last
+	// entry's payload only.
+	post("r", `{"id":"r1","payload":{}}`+"\n"+`{"id":"r2","payload":{}}`+"\n"+`{"id":"r3","payload":{}}`+"\n")
+	cur.retention = "retention:\n  interval: 50ms\n  logs:\n    - log: r\n      keep_entries: 1\n"
+	writeCfg(cur)
+	hup("retention (1 policy)")
+	waitFor("log r pruned below entry 2", func() bool {
+		m, err := d.getText(ctx, "/metrics")
+		return err == nil && strings.Contains(m, `auditd_ledger_prune_watermark_entries{log="r"} 2`)
+	})
+
 	metrics, err := d.getText(ctx, "/metrics")
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -97,7 +98,7 @@ func TestReloadLiveParts(t *testing.T) {
 		t.Fatal(err)
 	}
 	type parts struct {
-		specs, hook, witness, scrub, witnessName, retention string
+		specs, hook, witness, scrub, witnessName, retention, witnessKey string
 	}
 	cfgPath := filepath.Join(dir, "auditd.yaml")
 	writeCfg := func(p parts) {
@@ -106,7 +107,7 @@ func TestReloadLiveParts(t *testing.T) {
 			"write_token: w\nderivations: [" + p.specs + "]\n" +
 			"webhooks:\n  - name: ops\n    url: " + p.hook + "\n    max_retries: 0\n" +
 			"checks:\n  scrub_interval: " + p.scrub + "\n" +
-			"witness:\n  witnesses:\n    - url: " + p.witness + "\n      verifier_key: " + wkey + "\n"
+			"witness:\n  witnesses:\n    - url: " + p.witness + "\n      verifier_key: " + cmp.Or(p.witnessKey, wkey) + "\n"
 		if p.witnessName != "" {
 			body += "  name: " + p.witnessName + "\n"
 		}
@@ -295,8 +296,29 @@ func TestReloadLiveParts(t *testing.T) {
 		t.Error("bal did not run after a refused reload")
 	}
 
+	// 3b. Refused half-way: the webhook and the derivations are valid
+	// changes, the witness list is not (its key is this auditd's own
+	// checkpoint key, found only when the submitter is built). Nothing is
+	// applied: the derivations stay, and step 4's first alert still goes to
+	// the first receiver.
+	own, err := os.ReadFile(filepath.Join(dir, "data", "auditd.key.pub"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	half := good
+	half.specs, half.hook, half.witnessKey = balSpec, hookB.srv.URL, strings.TrimSpace(string(own))
+	writeCfg(half)
+	code, body = reload()
+	if code != http.StatusBadRequest || !strings.Contains(body, "independent") {
+		t.Errorf("reload with the own key as a witness: %d %s, want 400", code, body)
+	}
+	if got := derivations(); !slices.Equal(got, []string{"bal", "cnt"}) {
+		t.Errorf("derivations after a reload refused half-way: %v", got)
+	}
+
 	// 4. The webhook URL changed: the next alert goes to B only.
 	cur = good
+	writeCfg(cur) // as running: a SIGHUP now would change nothing
 	conflict("x1")
 	waitFor("the alert at the first receiver", func() bool { return hookA.count("x1") > 0 })
 	cur.hook = hookB.srv.URL

@@ -1,7 +1,7 @@
 package rederive
 
 import (
-	"strings"
+	"errors"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,7 +45,8 @@ func TestMetricsForget(t *testing.T) {
 	if n := count("kept"); n != keptBefore {
 		t.Errorf("series of the kept derivation: %d, want %d", n, keptBefore)
 	}
-	if err := reg.Register(m.Collectors()[0]); err == nil || !strings.Contains(err.Error(), "registered") {
+	var are prometheus.AlreadyRegisteredError
+	if err := reg.Register(m.Collectors()[0]); !errors.As(err, &are) {
 		t.Errorf("collectors not registered any more after Forget: %v", err)
 	}
 }

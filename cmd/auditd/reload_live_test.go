@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -98,7 +97,7 @@ func TestReloadLiveParts(t *testing.T) {
 		t.Fatal(err)
 	}
 	type parts struct {
-		specs, hook, witness, scrub, witnessName, retention, witnessKey string
+		specs, hook, witness, scrub, witnessName, retention, witnessCA string
 	}
 	cfgPath := filepath.Join(dir, "auditd.yaml")
 	writeCfg := func(p parts) {
@@ -107,7 +106,10 @@ func TestReloadLiveParts(t *testing.T) {
 			"write_token: w\nderivations: [" + p.specs + "]\n" +
 			"webhooks:\n  - name: ops\n    url: " + p.hook + "\n    max_retries: 0\n" +
 			"checks:\n  scrub_interval: " + p.scrub + "\n" +
-			"witness:\n  witnesses:\n    - url: " + p.witness + "\n      verifier_key: " + cmp.Or(p.witnessKey, wkey) + "\n"
+			"witness:\n  witnesses:\n    - url: " + p.witness + "\n      verifier_key: " + wkey + "\n"
+		if p.witnessCA != "" {
+			body += "      tls_ca_file: " + p.witnessCA + "\n"
+		}
 		if p.witnessName != "" {
 			body += "  name: " + p.witnessName + "\n"
 		}
@@ -297,20 +299,16 @@ func TestReloadLiveParts(t *testing.T) {
 	}
 
 	// 3b. Refused half-way: the webhook and the derivations are valid
-	// changes, the witness list is not (its key is this auditd's own
-	// checkpoint key, found only when the submitter is built). Nothing is
+	// changes, the witness list is not (its CA file is missing, found only
+	// when the submitter is built, after the webhooks). Nothing is
 	// applied: the derivations stay, and step 4's first alert still goes to
 	// the first receiver.
-	own, err := os.ReadFile(filepath.Join(dir, "data", "auditd.key.pub"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	half := good
-	half.specs, half.hook, half.witnessKey = balSpec, hookB.srv.URL, strings.TrimSpace(string(own))
+	half.specs, half.hook, half.witnessCA = balSpec, hookB.srv.URL, filepath.Join(dir, "missing-ca.pem")
 	writeCfg(half)
 	code, body = reload()
-	if code != http.StatusBadRequest || !strings.Contains(body, "independent") {
-		t.Errorf("reload with the own key as a witness: %d %s, want 400", code, body)
+	if code != http.StatusBadRequest || !strings.Contains(body, "missing-ca.pem") {
+		t.Errorf("reload with a witness CA file missing: %d %s, want 400 naming it", code, body)
 	}
 	if got := derivations(); !slices.Equal(got, []string{"bal", "cnt"}) {
 		t.Errorf("derivations after a reload refused half-way: %v", got)

@@ -105,6 +105,17 @@ func (l *liveDerivations) current() []rederive.Job {
 	return nil
 }
 
+// runningJobs returns the derivations running now: those a reload
+// applied, else those serve started with.
+func (d *instance) runningJobs() []rederive.Job {
+	if d.live != nil {
+		if j := d.live.derivs.jobs.Load(); j != nil {
+			return *j
+		}
+	}
+	return d.jobs
+}
+
 // liveChecks is the API's view of the self-audit runner running now
 // (api.Checks); a reload replaces the runner.
 type liveChecks struct {

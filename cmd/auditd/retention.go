@@ -162,7 +162,7 @@ func (d *instance) snapshotLimit() (func(log string) (uint64, error), error) {
 	}
 	return func(log string) (uint64, error) {
 		limit, bounded := uint64(0), false
-		for _, j := range d.live.derivs.current() {
+		for _, j := range d.runningJobs() {
 			reads := false
 			for _, src := range j.Spec.Sources {
 				reads = reads || overlaps(src, log)

@@ -82,7 +82,10 @@ type Manager struct {
 	opts  Options
 	log   *slog.Logger
 	now   func() time.Time
-	sinks []*sinkQueue
+	sinks []*sinkQueue // m.mu guards it once NewManager returns (SetSinks)
+	// retired are queues SetSinks replaced, still delivering what was
+	// queued before; Close waits for them as for the current ones.
+	retired []*sinkQueue
 
 	ctx    context.Context // cancelled when Close gives up draining
 	cancel context.CancelFunc
@@ -145,23 +148,11 @@ func NewManager(kv KV, opts Options) (*Manager, error) {
 		m.cancel()
 		return nil, err
 	}
-	seen := make(map[string]bool)
-	for _, s := range opts.Sinks {
-		if seen[s.Name()] {
-			m.cancel()
-			return nil, fmt.Errorf("alert: two sinks named %q", s.Name())
-		}
-		seen[s.Name()] = true
+	if err := checkSinkNames(opts.Sinks); err != nil {
+		m.cancel()
+		return nil, err
 	}
-	for _, s := range opts.Sinks {
-		name := s.Name()
-		sq := &sinkQueue{sink: s, name: name, q: make(chan notice, opts.QueueSize), done: make(chan struct{})}
-		for _, r := range []string{"delivered", "failed", "dropped"} {
-			m.notifications.WithLabelValues(name, r)
-		}
-		m.sinks = append(m.sinks, sq)
-		go m.deliver(sq)
-	}
+	m.sinks = m.startSinks(opts.Sinks)
 	m.wg.Add(1)
 	go m.pruneLoop()
 	return m, nil
@@ -504,11 +495,12 @@ func (m *Manager) Close() error {
 	for _, sq := range m.sinks {
 		close(sq.q)
 	}
+	queues := append(m.retired, m.sinks...)
 	m.mu.Unlock()
 	close(m.stop)
 	deadline := time.NewTimer(m.opts.DrainTimeout)
 	defer deadline.Stop()
-	for _, sq := range m.sinks {
+	for _, sq := range queues {
 		select {
 		case <-sq.done:
 		case <-deadline.C:
@@ -519,6 +511,74 @@ func (m *Manager) Close() error {
 	}
 	m.cancel()
 	m.wg.Wait()
+	return nil
+}
+
+func checkSinkNames(sinks []Sink) error {
+	seen := make(map[string]bool)
+	for _, s := range sinks {
+		if seen[s.Name()] {
+			return fmt.Errorf("alert: two sinks named %q", s.Name())
+		}
+		seen[s.Name()] = true
+	}
+	return nil
+}
+
+// startSinks starts a queue and its delivery for each sink.
+func (m *Manager) startSinks(sinks []Sink) []*sinkQueue {
+	var out []*sinkQueue
+	for _, s := range sinks {
+		name := s.Name()
+		sq := &sinkQueue{sink: s, name: name, q: make(chan notice, m.opts.QueueSize), done: make(chan struct{})}
+		for _, r := range []string{"delivered", "failed", "dropped"} {
+			m.notifications.WithLabelValues(name, r)
+		}
+		out = append(out, sq)
+		go m.deliver(sq)
+	}
+	return out
+}
+
+// SetSinks replaces the sinks (a configuration reload of the webhooks).
+// The alerts, their state and the subscribers are kept. Every change made
+// after SetSinks returns goes to the new sinks only; what was queued for
+// the old ones before it is still delivered to them (Close waits for it as
+// for the rest). Sink names must be unique, as for NewManager; on an error
+// nothing changes. The notification counters of a sink no longer present
+// are removed. It returns ErrClosed after Close.
+func (m *Manager) SetSinks(sinks []Sink) error {
+	if err := checkSinkNames(sinks); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	old := m.sinks
+	m.sinks = m.startSinks(sinks)
+	kept := map[string]bool{}
+	for _, s := range sinks {
+		kept[s.Name()] = true
+	}
+	for _, sq := range old {
+		close(sq.q)
+		if !kept[sq.name] {
+			m.notifications.DeletePartialMatch(prometheus.Labels{"sink": sq.name})
+		}
+	}
+	// Forget retired queues that have drained, so that reloads do not
+	// pile them up.
+	live := m.retired[:0]
+	for _, sq := range m.retired {
+		select {
+		case <-sq.done:
+		default:
+			live = append(live, sq)
+		}
+	}
+	m.retired = append(live, old...)
 	return nil
 }
 

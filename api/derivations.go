@@ -28,8 +28,12 @@ func (s *Server) derivationRoutes(r chi.Router) {
 	r.With(s.auth(true)).Post("/{name}/run", s.triggerRun)
 }
 
+// A Derivations whose set can change while the server runs (serve's, on a
+// configuration reload) may say it has none for now with Configured.
+type configured interface{ Configured() bool }
+
 func (s *Server) derivations(w http.ResponseWriter) (Derivations, bool) {
-	if s.parts.Derivations == nil {
+	if c, ok := s.parts.Derivations.(configured); s.parts.Derivations == nil || ok && !c.Configured() {
 		writeError(w, http.StatusNotFound, "no_derivations", "this auditd checks no derivations (configure derivations: spec files)", nil)
 		return nil, false
 	}

@@ -75,3 +75,20 @@ func (m *Metrics) observe(rep *Report) {
 	}
 	m.pending.WithLabelValues(name).Set(float64(rep.Pending))
 }
+
+// Forget deletes the series of a derivation no longer configured (a
+// configuration reload removed it), so that /metrics does not keep
+// reporting its last drift. The collectors stay registered: a reload
+// reuses one Metrics for every runner it starts.
+func (m *Metrics) Forget(derivation string) {
+	l := map[string]string{"derivation": derivation}
+	m.runs.DeletePartialMatch(l)
+	m.duration.DeletePartialMatch(l)
+	m.events.DeletePartialMatch(l)
+	m.keys.DeletePartialMatch(l)
+	m.drift.DeletePartialMatch(l)
+	m.pending.DeletePartialMatch(l)
+	m.storeErrs.DeletePartialMatch(l)
+	m.derivErrs.DeletePartialMatch(l)
+	m.lastRun.DeletePartialMatch(l)
+}

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/auditd/auditd/alert"
 	"github.com/auditd/auditd/ingest"
 	"github.com/auditd/auditd/ledger"
@@ -21,12 +19,28 @@ func openAlerts(store *ledger.Store, cfg Config, logger *slog.Logger) (*alert.Ma
 	if err != nil {
 		return nil, err
 	}
+	sinks, err := webhookSinks(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return alert.NewManager(kv, alert.Options{Sinks: sinks, Logger: logger})
+}
+
+// webhookSinks builds the configured webhooks (cfg.Webhooks, their links
+// to cfg.ExternalURL), validated; a reload builds them before it swaps
+// them in (alert.Manager.SetSinks).
+func webhookSinks(cfg Config) ([]alert.Sink, error) {
 	var sinks []alert.Sink
+	seen := map[string]bool{}
 	for i, w := range cfg.Webhooks {
 		name := w.Name
 		if name == "" {
 			name = fmt.Sprintf("webhook-%d", i+1)
 		}
+		if seen[name] {
+			return nil, fmt.Errorf("config: webhooks[%d]: two webhooks named %q", i, name)
+		}
+		seen[name] = true
 		headers := map[string]string{}
 		for k, v := range w.Headers {
 			headers[k] = v // ${VAR} expanded by loadConfig
@@ -37,7 +51,7 @@ func openAlerts(store *ledger.Store, cfg Config, logger *slog.Logger) (*alert.Ma
 		}
 		sinks = append(sinks, alert.NewWebhook(wc))
 	}
-	return alert.NewManager(kv, alert.Options{Sinks: sinks, Logger: logger})
+	return sinks, nil
 }
 
 // loadJobs is rederive.LoadJobs; a test counts its calls.
@@ -60,9 +74,11 @@ func loadDerivations(files []string, logger *slog.Logger) ([]rederive.Job, error
 
 // startDerivations starts the daemon that checks the compiled derivations
 // until ctx ends; done closes when it has stopped. It returns a nil daemon
-// when none are configured. onRun, if set, is told the name of each
-// derivation after each of its runs (the invariant check runs then).
-func startDerivations(ctx context.Context, store *ledger.Store, jobs []rederive.Job, cfg Config, alerts *alert.Manager, reg prometheus.Registerer, logger *slog.Logger,
+// when none are configured. m are the runner's metrics, registered once by
+// the caller and reused by every daemon a reload starts. onRun, if set, is
+// told the name of each derivation after each of its runs (the invariant
+// check runs then).
+func startDerivations(ctx context.Context, store *ledger.Store, jobs []rederive.Job, cfg Config, alerts *alert.Manager, m *rederive.Metrics, logger *slog.Logger,
 	onRun func(derivation string)) (daemon *rederive.Daemon, done <-chan struct{}, err error) {
 	if len(jobs) == 0 {
 		return nil, nil, nil
@@ -70,10 +86,6 @@ func startDerivations(ctx context.Context, store *ledger.Store, jobs []rederive.
 	bucket, err := store.Bucket("derive")
 	if err != nil {
 		return nil, nil, err
-	}
-	m := rederive.NewMetrics()
-	for _, c := range m.Collectors() {
-		reg.MustRegister(c)
 	}
 	runner := rederive.NewRunner(rederive.LocalLedger{Store: store}, rederive.WithBucket(bucket), rederive.WithWorkers(cfg.DerivationWorkers), rederive.WithLogger(logger), rederive.WithMetrics(m))
 	daemon = rederive.NewDaemon(runner, jobs, rederive.WithOnReport(func(_ rederive.Job, rep *rederive.Report) {

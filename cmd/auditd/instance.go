@@ -19,7 +19,6 @@ import (
 
 	"github.com/auditd/auditd/alert"
 	"github.com/auditd/auditd/api"
-	"github.com/auditd/auditd/checkers"
 	"github.com/auditd/auditd/ingest"
 	"github.com/auditd/auditd/internal/buildinfo"
 	"github.com/auditd/auditd/internal/tlsconf"
@@ -31,14 +30,16 @@ import (
 // instance is what serve runs: the ledger and the components around it.
 //
 // The components serve depends on run in one errgroup, as Sunlight runs
-// its logs: the HTTP server, the Kafka source and the derivation daemon.
+// its logs: the HTTP server and the Kafka source.
 // When one of them stops on its own (an error, or a return nobody asked
 // for) serve logs "component stopped on its own: shutting down" naming it,
 // shuts everything down in order and exits 1 with its error: a daemon
 // that no longer serves, consumes or checks must not look healthy to its
-// supervisor. The self-audit checks and the debug (pprof) listener are not
-// in the group: checkers.Runner.Run returns only when its context ends, and
-// the debug listener is an aid whose loss does not stop auditd's work.
+// supervisor. The derivation daemon, the self-audit checks and the debug
+// (pprof) listener are not in the group: rederive.Daemon.Run and
+// checkers.Runner.Run return only when their context ends (a reload
+// replaces them, reload_live.go), and the debug listener is an aid whose
+// loss does not stop auditd's work.
 //
 // Shutdown runs the stop steps last registered first, each logged as it
 // starts: HTTP drained, the checks, the derivations and the Kafka source
@@ -56,7 +57,8 @@ type instance struct {
 	stopping atomic.Bool
 
 	started time.Time      // when serve began (GET /v1/info)
-	jobs    []rederive.Job // the derivations, compiled once (loadDerivations)
+	jobs    []rederive.Job // the derivations at start, compiled once (loadDerivations); live.derivs has those running now
+	live    *liveParts     // what a reload replaces (reload_live.go)
 	key     *signingKey
 	store   *ledger.Store
 	reg     *prometheus.Registry
@@ -74,7 +76,7 @@ type stopStep struct {
 
 func newInstance(ctx context.Context, cfg Config, logger *slog.Logger) *instance {
 	g, gctx := errgroup.WithContext(ctx)
-	return &instance{cfg: cfg, log: logger, ctx: gctx, g: g, started: time.Now()}
+	return &instance{cfg: cfg, log: logger, ctx: gctx, g: g, started: time.Now(), live: &liveParts{}}
 }
 
 // onStop adds a step to the shutdown; steps run last added first.
@@ -224,33 +226,29 @@ func (d *instance) startComponents() error {
 	if err := d.startKafka(); err != nil {
 		return err
 	}
-	var checksRunner atomic.Pointer[checkers.Runner] // set once the checks start
-	afterRun := func(string) {
-		if r := checksRunner.Load(); r != nil {
-			triggerInvariants(r)
-		}
+	// The derivations, the checks, the witness submitter and retention
+	// are live parts: a reload replaces them (reload_live.go). Their
+	// shutdown steps stop whichever runs then.
+	p := d.live
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.derivs.metrics = rederive.NewMetrics()
+	for _, c := range p.derivs.metrics.Collectors() {
+		d.metrics.MustRegister(c)
 	}
-	dctx, dcancel := context.WithCancel(context.Background())
-	daemon, ddone, err := startDerivations(dctx, d.store, d.jobs, cfg, d.alerts, d.metrics, logger, afterRun)
-	if err != nil {
-		dcancel()
+	p.specDigest = specDigest(cfg.Derivations)
+	if err := d.startLiveDerivations(p, d.jobs, cfg); err != nil {
 		return err
 	}
-	if daemon != nil {
-		d.opts.Components.Derivations = daemon
-		done := d.goComponent("derivation checks", func() error { <-ddone; return nil })
-		d.onStop("stopping the derivation checks", func() { dcancel(); <-done })
-	} else {
-		dcancel()
-	}
-	cfg.Checks.jobs = d.jobs
-	checks, stopChecks, err := startChecks(d.store, d.key.verifier, cfg.Checks, d.alerts, d.metrics, logger)
+	d.opts.Components.Derivations = &p.derivs
+	d.onStop("", p.stopPart(d, "stopping the derivation checks", &p.derivStop))
+	checks, stopChecks, cols, err := d.buildChecks(cfg, d.jobs)
 	if err != nil {
 		return err
 	}
-	d.onStop("stopping the self-audit checks", stopChecks)
-	checksRunner.Store(checks)
-	d.opts.Components.Checks = checks
+	d.setChecks(p, checks, stopChecks, cols)
+	d.onStop("", p.stopPart(d, "stopping the self-audit checks", &p.checksStop))
+	d.opts.Components.Checks = &p.checks
 	return nil
 }
 

@@ -8,13 +8,19 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/auditd/auditd/alert"
 	"github.com/auditd/auditd/api"
+	"github.com/auditd/auditd/checkers"
+	"github.com/auditd/auditd/internal/plural"
+	"github.com/auditd/auditd/ledger"
+	"github.com/auditd/auditd/witness/submit"
 )
 
 // configError is a configuration serve cannot run with: the file, a flag's
@@ -52,7 +58,9 @@ func serveConfig(args []string) (Config, error) {
 	kf := bindKafkaFlags(fset)
 	fset.Usage = func() {
 		fmt.Fprintf(fset.Output(), "Usage: auditd serve [flags]\n\nRuns the ledger and its HTTP API. With no flags: data in ./auditd-data,\n"+
-			"HTTP on 127.0.0.1:8080, a signing key generated on first start. SIGHUP (or\nPOST /-/reload with the write token) reloads the configuration.\n\n")
+			"HTTP on 127.0.0.1:8080, a signing key generated on first start. SIGHUP (or\nPOST /-/reload with the write token) reloads the configuration: tokens, TLS\n"+
+			"files, derivations (and their spec files' contents), derivation_workers,\nchecks, webhooks, external_url, witness.witnesses and retention apply live;\n"+
+			"a change of any other key is refused by name, the running configuration kept.\n\n")
 		fset.PrintDefaults()
 	}
 	if err := fset.Parse(args); err != nil {
@@ -74,9 +82,12 @@ func serveConfig(args []string) (Config, error) {
 // liveKeys are the configuration keys a reload applies while serve runs.
 // A change to any other key is refused, naming it, and nothing is applied.
 // The TLS certificate and key files are read again on every reload (their
-// paths cannot change).
+// paths cannot change). Of the witness: section only witnesses (where
+// this auditd's checkpoints go) is live; docs/operations.md lists them.
 var liveKeys = map[string]bool{
 	"write_token": true, "read_token": true, "write_token_file": true, "read_token_file": true,
+	"derivations": true, "derivation_workers": true, "checks": true, "webhooks": true, "external_url": true,
+	"retention": true, "witness.witnesses": true,
 }
 
 // reloader is serve's configuration reload: on SIGHUP and POST /-/reload.
@@ -137,17 +148,25 @@ func (d *instance) reloadConfig(why string) (string, error) {
 }
 
 func (r *reloader) apply(d *instance) (string, error) {
-	next := r.applied
+	p := d.live
+	next, digest := r.applied, p.specDigest
+	jobs := p.derivs.current()
 	if load := r.applied.reloadFrom; load != nil {
 		var err error
 		if next, err = load(); err != nil {
 			return "", err
 		}
-		if _, _, err := loadJobs(next.Derivations...); err != nil { // derive.go: specs that do not compile refuse the reload
+		digest = specDigest(next.Derivations)
+		// derive.go: specs that do not compile refuse the reload, naming
+		// the file, line and column.
+		if jobs, err = loadDerivations(next.Derivations, d.log); err != nil {
 			return "", err
 		}
 	}
 	changed := configChanges(r.applied, next)
+	if digest != p.specDigest && !slices.Contains(changed, "derivations") {
+		changed = append(changed, "derivations") // a spec file edited in place
+	}
 	var refused, live []string
 	for _, k := range changed {
 		if liveKeys[k] {
@@ -160,16 +179,97 @@ func (r *reloader) apply(d *instance) (string, error) {
 		return "", fmt.Errorf("%s changed, which cannot change while serve runs: restart serve to apply %s; nothing was applied (the running configuration is kept)",
 			strings.Join(refused, ", "), map[bool]string{true: "it", false: "them"}[len(refused) == 1])
 	}
+	has := func(keys ...string) bool {
+		for _, k := range keys {
+			if slices.Contains(live, k) {
+				return true
+			}
+		}
+		return false
+	}
+	kept := func(err error) error {
+		return fmt.Errorf("%w; nothing was applied (the running configuration is kept)", err)
+	}
+
+	// First everything that can fail, nothing running replaced yet.
+	derivs := has("derivations", "derivation_workers")
+	var sinks []alert.Sink
+	if has("webhooks", "external_url") {
+		var err error
+		if sinks, err = webhookSinks(next); err != nil {
+			return "", kept(err)
+		}
+	}
+	var sub *submit.Submitter
+	var subCols []prometheus.Collector
+	if has("witness.witnesses") {
+		var err error
+		if sub, subCols, err = newSubmitter(d.store, next, d.key, d.log); err != nil {
+			return "", kept(err)
+		}
+	}
+	var ret *ledger.Retention
+	var retCols []prometheus.Collector
+	if has("retention") {
+		var err error
+		if ret, retCols, err = d.buildRetention(next); err != nil {
+			return "", kept(err)
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || d.stopping.Load() {
+		return "", errors.New("serve is shutting down: nothing was applied")
+	}
 	var done []string
 	if d.tls != nil {
 		if err := d.tls.Reload(); err != nil { // logged and counted by Reload
-			return "", fmt.Errorf("TLS certificate: %w; nothing was applied (the running configuration is kept)", err)
+			return "", kept(fmt.Errorf("TLS certificate: %w", err))
 		}
 		done = append(done, "TLS certificate read again")
 	}
-	if len(live) > 0 {
+	// The checks run the invariants of the derivations: new derivations
+	// start new checks. The new runner starts before the old one stops.
+	var checks *checkers.Runner
+	var stopChecks func()
+	var checkCols []prometheus.Collector
+	if has("checks") || derivs {
+		var err error
+		if checks, stopChecks, checkCols, err = d.buildChecks(next, jobs); err != nil {
+			return "", kept(fmt.Errorf("checks: %w", err))
+		}
+	}
+	if derivs {
+		if err := d.startLiveDerivations(p, jobs, next); err != nil {
+			stopChecks()
+			return "", kept(fmt.Errorf("derivations: %w", err))
+		}
+		p.specDigest = digest
+		done = append(done, fmt.Sprintf("derivations (%s running)", plural.N(len(jobs), "derivation", "derivations")))
+	}
+	// Nothing fails from here on.
+	if checks != nil {
+		d.setChecks(p, checks, stopChecks, checkCols)
+		done = append(done, "checks restarted")
+	}
+	if has("webhooks", "external_url") {
+		if err := d.alerts.SetSinks(sinks); err != nil { // ErrClosed only: serve is stopping
+			d.log.Error("webhooks not replaced", "err", err)
+		} else {
+			done = append(done, fmt.Sprintf("webhooks (%s)", plural.N(len(sinks), "receiver", "receivers")))
+		}
+	}
+	if has("witness.witnesses") {
+		d.setWitnesses(p, sub, subCols)
+		done = append(done, fmt.Sprintf("witnesses (%s)", plural.N(len(next.Witness.Witnesses), "witness", "witnesses")))
+	}
+	if has("retention") {
+		d.setRetention(p, ret, retCols, next)
+		done = append(done, fmt.Sprintf("retention (%s)", plural.N(len(next.Retention.Logs), "policy", "policies")))
+	}
+	if tokens := slices.DeleteFunc(slices.Clone(live), func(k string) bool { return !strings.Contains(k, "token") }); len(tokens) > 0 {
 		r.api.SetTokens(next.WriteToken, next.ReadToken)
-		done = append(done, "tokens ("+strings.Join(live, ", ")+")")
+		done = append(done, "tokens ("+strings.Join(tokens, ", ")+")")
 	}
 	next.reloadFrom = r.applied.reloadFrom
 	r.applied = next
@@ -189,6 +289,21 @@ func sameValue(a, b any) bool {
 		return reflect.DeepEqual(a, b)
 	}
 	return bytes.Equal(ya, yb)
+}
+
+// witnessChanges names the keys of the witness: section that differ
+// ("witness.logs", ...).
+func witnessChanges(a, b WitnessConfig) []string {
+	var out []string
+	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+	t := va.Type()
+	for i := range t.NumField() {
+		if !sameValue(va.Field(i).Interface(), vb.Field(i).Interface()) {
+			name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+			out = append(out, "witness."+name)
+		}
+	}
+	return out
 }
 
 // configChanges names the top-level keys (their YAML names) whose values
@@ -211,6 +326,10 @@ func configChanges(a, b Config) []string {
 			name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
 			if name == "" {
 				name = strings.ToLower(f.Name)
+			}
+			if name == "witness" { // named by its keys: only witnesses is live
+				out = append(out, witnessChanges(a.Witness, b.Witness)...)
+				continue
 			}
 			out = append(out, name)
 		}

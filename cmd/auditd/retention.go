@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -107,11 +106,26 @@ func derivationGuard(specs []*spec.Spec) func(log string) error {
 }
 
 // startRetention starts the retention passes, if any policy is configured;
-// they stop before the ledger closes.
+// they stop before the ledger closes. A reload replaces them
+// (reload_live.go).
 func (d *instance) startRetention() error {
-	rc := d.cfg.Retention
+	r, cols, err := d.buildRetention(d.cfg)
+	if err != nil {
+		return err
+	}
+	p := d.live
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	d.setRetention(p, r, cols, d.cfg)
+	d.onStop("", p.stopPart(d, "stopping retention", &p.retentionStop))
+	return nil
+}
+
+// newRetention returns the retention passes rc asks for, not running; nil
+// without a policy.
+func (d *instance) newRetention(rc RetentionConfig) (*ledger.Retention, error) {
 	if len(rc.Logs) == 0 {
-		return nil
+		return nil, nil
 	}
 	var ps []ledger.RetentionPolicy
 	for _, p := range rc.Logs {
@@ -119,7 +133,7 @@ func (d *instance) startRetention() error {
 	}
 	limit, err := d.snapshotLimit()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	opts := []ledger.RetentionOption{ledger.WithRetentionLogger(d.log), ledger.WithRetentionLimit(limit)}
 	if rc.Interval > 0 {
@@ -131,19 +145,7 @@ func (d *instance) startRetention() error {
 	if rc.BatchEntries > 0 {
 		opts = append(opts, ledger.WithRetentionBatch(rc.BatchEntries))
 	}
-	r := ledger.NewRetention(d.store, ps, opts...)
-	for _, c := range r.Collectors() {
-		d.metrics.MustRegister(c)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		r.Run(ctx)
-	}()
-	d.onStop("stopping retention", func() { cancel(); <-done })
-	d.log.Info("retention", "policies", len(ps), "interval", rc.Interval)
-	return nil
+	return ledger.NewRetention(d.store, ps, opts...), nil
 }
 
 // snapshotLimit returns the limit of each retention pass of a log: for a
@@ -151,16 +153,16 @@ func (d *instance) startRetention() error {
 // size at which the snapshots of the derivations reading it pin it, each
 // snapshot made now from the derivation's saved result, signed with the
 // checkpoint key. A derivation without a saved result stops the pruning
-// of its sources (0).
+// of its sources (0). The derivations are those running at each pass (a
+// reload may change them).
 func (d *instance) snapshotLimit() (func(log string) (uint64, error), error) {
-	jobs := d.jobs
 	bucket, err := d.store.Bucket("derive")
 	if err != nil {
 		return nil, err
 	}
 	return func(log string) (uint64, error) {
 		limit, bounded := uint64(0), false
-		for _, j := range jobs {
+		for _, j := range d.runningJobs() {
 			reads := false
 			for _, src := range j.Spec.Sources {
 				reads = reads || overlaps(src, log)

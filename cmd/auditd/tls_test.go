@@ -19,10 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/mod/sumdb/note"
 
-	"github.com/auditd/auditd/api"
 	"github.com/auditd/auditd/internal/testca"
 	"github.com/auditd/auditd/witness"
 )
@@ -98,7 +96,7 @@ func TestTLSPeerAndWitnessConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = startWitnessing(nil, cfg, &signingKey{vkey: lkey}, &api.Options{}, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	_, _, err = newSubmitter(nil, cfg, &signingKey{vkey: lkey}, slog.New(slog.DiscardHandler))
 	if err == nil || !strings.Contains(err.Error(), "witness.witnesses[0] (https://witness.example)") || !strings.Contains(err.Error(), "nope.pem") {
 		t.Errorf("witness with a missing CA file: %v", err)
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
@@ -78,27 +77,45 @@ type WitnessEndpoint struct {
 }
 
 // startWitnessing sets up both witness roles the config asks for, filling
-// in the API's options; the submitter stops before the ledger closes.
+// in the API's options; the submitter stops before the ledger closes. A
+// reload replaces the submitter (witness.witnesses, reload_live.go): the
+// API follows the one running.
 func (d *instance) startWitnessing() error {
-	stop, err := startWitnessing(d.store, d.cfg, d.key, &d.opts, d.metrics, d.log)
+	if err := startWitnessServer(d.store, d.cfg, d.key, &d.opts, d.metrics, d.log); err != nil {
+		return err
+	}
+	sub, cols, err := newSubmitter(d.store, d.cfg, d.key, d.log)
 	if err != nil {
 		return err
 	}
-	if stop != nil {
-		d.onStop("stopping the witness submissions", stop)
+	p := d.live
+	d.opts.Components.Witnessing.Cosigned = func(log string, cp *ledger.SignedCheckpoint) []byte {
+		if s := p.witnesses.Load(); s != nil {
+			return s.Cosigned(log, cp)
+		}
+		return cp.Note
 	}
+	d.opts.Components.Witnessing.Status = func(log string, size uint64) any {
+		if s := p.witnesses.Load(); s != nil {
+			return s.Status(log, size)
+		}
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	d.setWitnesses(p, sub, cols)
+	d.onStop("", p.stopPart(d, "stopping the witness submissions", &p.witnessStop))
 	return nil
 }
 
-// startWitnessing sets up the add-checkpoint endpoint and the submitter of
-// this auditd's checkpoints, key being its checkpoint signing key. stop
-// ends the submitter (nil without one).
-func startWitnessing(store *ledger.Store, cfg Config, key *signingKey, opts *api.Options, reg prometheus.Registerer, logger *slog.Logger) (stop func(), err error) {
+// startWitnessServer sets up the add-checkpoint endpoint (witness.logs),
+// key being this auditd's checkpoint signing key.
+func startWitnessServer(store *ledger.Store, cfg Config, key *signingKey, opts *api.Options, reg prometheus.Registerer, logger *slog.Logger) error {
 	wc := cfg.Witness
 	if len(wc.Logs) > 0 {
 		srv, vkey, err := newWitnessServer(store, cfg, key, logger)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		for _, c := range srv.Collectors() {
 			reg.MustRegister(c)
@@ -106,26 +123,34 @@ func startWitnessing(store *ledger.Store, cfg Config, key *signingKey, opts *api
 		opts.Components.Witnessing.AddCheckpoint = srv
 		logger.Info("witnessing logs", "logs", len(wc.Logs), "witness_verifier_key", vkey)
 	}
+	return nil
+}
+
+// newSubmitter builds the submitter of this auditd's checkpoints to
+// cfg's witnesses (nil without witnesses), not running, and its collectors
+// to register.
+func newSubmitter(store *ledger.Store, cfg Config, key *signingKey, logger *slog.Logger) (*submit.Submitter, []prometheus.Collector, error) {
+	wc := cfg.Witness
 	if len(wc.Witnesses) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	var ws []submit.Witness
 	for i, w := range wc.Witnesses {
 		v, err := witness.NewVerifier(strings.TrimSpace(w.VerifierKey))
 		if err != nil {
-			return nil, fmt.Errorf("config: witness.witnesses[%d]: %w", i, err)
+			return nil, nil, fmt.Errorf("config: witness.witnesses[%d]: %w", i, err)
 		}
 		if samePublicKey(w.VerifierKey, key.vkey) {
-			return nil, fmt.Errorf("config: witness.witnesses[%d]: its verifier key %s is this auditd's checkpoint signing key: "+
+			return nil, nil, fmt.Errorf("config: witness.witnesses[%d]: its verifier key %s is this auditd's checkpoint signing key: "+
 				"a witness must be independent of the log it cosigns; name a witness that signs with a key of its own", i, strings.TrimSpace(w.VerifierKey))
 		}
 		if err := checkWitnessLogs(i, w); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		sw := submit.Witness{URL: w.URL, Verifier: v, Logs: w.Logs}
 		tc, err := clientTLS(fmt.Sprintf("witness.witnesses[%d] (%s)", i, redact.URL(w.URL)), w.TLSCAFile, w.TLSClientCertFile, w.TLSClientKeyFile)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if tc != nil {
 			sw.HTTP = &http.Client{Timeout: 10 * time.Second, Transport: tlsconf.Transport(tc), CheckRedirect: redirect.SameOrigin}
@@ -143,17 +168,9 @@ func startWitnessing(store *ledger.Store, cfg Config, key *signingKey, opts *api
 	}
 	sub, err := submit.New(logs, ws, submit.Options{Logger: logger})
 	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+		return nil, nil, fmt.Errorf("config: %w", err)
 	}
-	for _, c := range sub.Collectors() {
-		reg.MustRegister(c)
-	}
-	opts.Components.Witnessing.Cosigned = sub.Cosigned
-	opts.Components.Witnessing.Status = func(log string, size uint64) any { return sub.Status(log, size) }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); sub.Run(ctx) }()
-	return func() { cancel(); <-done }, nil
+	return sub, sub.Collectors(), nil
 }
 
 func newWitnessServer(store *ledger.Store, cfg Config, key *signingKey, logger *slog.Logger) (*server.Server, string, error) {

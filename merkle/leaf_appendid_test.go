@@ -15,7 +15,7 @@ func TestAppendID(t *testing.T) {
 	leaves := []merkle.Leaf{
 		{Log: "pay", ID: "a", Time: 1},
 		{Log: "pay", ID: "0b7e4c1e-4c1a-4f7b-9a51-3c9f6f2b8d10", HasKey: true, Key: []byte("acct-7"), Time: -5, TimeAssigned: true,
-			Source: &merkle.Source{Topic: "payments", Partition: 3, Offset: 1 << 40},
+			Source:  &merkle.Source{Topic: "payments", Partition: 3, Offset: 1 << 40},
 			Headers: []merkle.Header{{Key: "h", Value: []byte("v")}, {Key: "", Value: []byte{}}}, Marks: merkle.MarkOversize},
 		{Log: "l", ID: strings.Repeat("é", merkle.MaxID/2), PayloadSHA256: merkle.Hash{1, 2, 3}},
 	}

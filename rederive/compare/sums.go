@@ -324,11 +324,11 @@ func compareSums(ctx context.Context, s store.Store, sm store.Summer, expected m
 		seed: rand.Uint64(),
 	}
 	bounds := firstBounds(expected, r.t)
-	acc, sums, err := r.firstSums(ctx, bounds)
+	hd, sums, err := r.firstSums(ctx, bounds)
 	if err != nil {
 		return Stats{Keys: int64(len(expected))}, err, true
 	}
-	ranges, matched, ok := r.differing(bounds, acc, sums)
+	ranges, matched, ok := r.differing(bounds, hd, sums)
 	if !ok {
 		return Stats{SumQueries: 1}, nil, false
 	}
@@ -380,12 +380,12 @@ func firstBounds(expected map[string]any, t sumTuning) []string {
 
 // firstSums sums the whole store by the ranges of bounds, and hashes the
 // expected side into the same ranges meanwhile.
-func (r *sumsRun) firstSums(ctx context.Context, bounds []string) ([]rangeAcc, []store.RangeSum, error) {
+func (r *sumsRun) firstSums(ctx context.Context, bounds []string) (*hashed, []store.RangeSum, error) {
 	var sums []store.RangeSum
 	var sumErr error
 	var wg sync.WaitGroup
 	wg.Go(func() { sums, sumErr = r.sm.Sums(ctx, nil, bounds, r.seed) })
-	acc, err := hashAll(ctx, r.expected, &hasher{layout: r.layout, seed: r.seed}, bounds)
+	h, err := hashAll(ctx, r.expected, &hasher{layout: r.layout, seed: r.seed}, bounds)
 	wg.Wait()
 	if err != nil {
 		return nil, nil, err
@@ -393,14 +393,15 @@ func (r *sumsRun) firstSums(ctx context.Context, bounds []string) ([]rangeAcc, [
 	if sumErr != nil {
 		return nil, nil, sumErr
 	}
-	return acc, sums, nil
+	return h, sums, nil
 }
 
 // differing returns the ranges of bounds whose sums differ, each with its
 // expected keys (sorted), and the number of expected keys in the others,
 // which agree. ok is false when the ranges that differ hold so many keys
 // that reading every row is cheaper.
-func (r *sumsRun) differing(bounds []string, acc []rangeAcc, sums []store.RangeSum) (ranges []sumRange, matched int64, ok bool) {
+func (r *sumsRun) differing(bounds []string, hd *hashed, sums []store.RangeSum) (ranges []sumRange, matched int64, ok bool) {
+	acc := hd.acc
 	differ := make([]bool, len(acc))
 	var differKeys int64
 	for i := range acc {
@@ -414,7 +415,23 @@ func (r *sumsRun) differing(bounds []string, acc []rangeAcc, sums []store.RangeS
 		return nil, 0, false
 	}
 	var keys []string
-	if differKeys > 0 {
+	switch {
+	case differKeys == 0:
+	case hd.keys != nil:
+		for w, ks := range hd.keys {
+			for i, b := range hd.buckets[w] {
+				if differ[b] {
+					keys = append(keys, ks[i])
+				}
+			}
+		}
+		bk := newBucketer(bounds)
+		for _, key := range hd.deleted {
+			if differ[bk.of(key)] {
+				keys = append(keys, key)
+			}
+		}
+	default:
 		bk := newBucketer(bounds)
 		for key := range r.expected {
 			if differ[bk.of(key)] {
@@ -574,10 +591,26 @@ func (r *sumsRun) readLeaves(ctx context.Context, j *judge, leaves []sumRange) e
 	return j.missing(ctx, missing)
 }
 
+// hashed is the expected side of the first sums: each range's
+// accumulator, and each key (not deleted) with its range, in no order,
+// so that the keys of the ranges that differ are found without reading
+// every key's bytes again (for 10M keys, a cache miss each: seconds).
+type hashed struct {
+	acc     []rangeAcc
+	keys    [][]string // by worker
+	buckets [][]uint16 // buckets[w][i] is the range of keys[w][i]
+	deleted []string   // the keys not hashed (deleted), whose ranges are not recorded
+}
+
+// maxRecordedBuckets: with more ranges, hashAll records no keys (their
+// range would not fit a uint16) and differing finds them again. Tests
+// set it to 0 to take that path.
+var maxRecordedBuckets = 1 << 16
+
 // hashAll hashes every expected row into the bucket of its key among
 // bounds, on every core: this goroutine walks the map and hands batches
 // of rows to one worker per core, and takes them back for reuse.
-func hashAll(ctx context.Context, expected map[string]any, proto *hasher, bounds []string) ([]rangeAcc, error) {
+func hashAll(ctx context.Context, expected map[string]any, proto *hasher, bounds []string) (*hashed, error) {
 	type pair struct {
 		k string
 		v any
@@ -588,15 +621,26 @@ func hashAll(ctx context.Context, expected map[string]any, proto *hasher, bounds
 	free := make(chan []pair, 4*workers)
 	bk := newBucketer(bounds)
 	accs := make([][]rangeAcc, workers)
+	record := len(bounds)+1 <= maxRecordedBuckets
+	out := &hashed{keys: make([][]string, workers), buckets: make([][]uint16, workers)}
 	var wg sync.WaitGroup
 	for w := range workers {
 		accs[w] = make([]rangeAcc, len(bounds)+1)
 		acc := accs[w]
+		if record {
+			out.keys[w] = make([]string, 0, len(expected)/workers+size)
+			out.buckets[w] = make([]uint16, 0, len(expected)/workers+size)
+		}
 		wg.Go(func() {
 			h := &hasher{layout: proto.layout, seed: proto.seed}
 			for batch := range batches {
 				for _, p := range batch {
-					a := &acc[bk.of(p.k)]
+					b := bk.of(p.k)
+					if record {
+						out.keys[w] = append(out.keys[w], p.k)
+						out.buckets[w] = append(out.buckets[w], uint16(b))
+					}
+					a := &acc[b]
 					if x, ok := h.hash(p.k, p.v); ok {
 						a.add(x)
 					} else {
@@ -622,7 +666,12 @@ func hashAll(ctx context.Context, expected map[string]any, proto *hasher, bounds
 	var err error
 	for k, v := range expected {
 		if v == nil {
-			continue // deleted: the store must not hold it, or (deleted: null) may
+			// Deleted: the store must not hold it, or (deleted: null)
+			// may.
+			if record {
+				out.deleted = append(out.deleted, k)
+			}
+			continue
 		}
 		batch = append(batch, pair{k, v})
 		if len(batch) == size {
@@ -647,5 +696,9 @@ func hashAll(ctx context.Context, expected map[string]any, proto *hasher, bounds
 			acc[i].merge(o[i])
 		}
 	}
-	return acc, nil
+	out.acc = acc
+	if !record {
+		out.keys, out.buckets, out.deleted = nil, nil, nil
+	}
+	return out, nil
 }

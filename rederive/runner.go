@@ -168,6 +168,11 @@ func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
 	fullSpans := append([]fold.Span(nil), spans...)
 
 	opts := fold.Options{Workers: r.workers, ErrorBudget: sp.ErrorBudget, Fingerprint: spec.Fingerprint(sp)}
+	if sp.Lineage > 0 {
+		// The fold records which keys each batch steps, so that lineage
+		// reads only the batches of the drifted keys (attachLineage).
+		opts.KeyIndex = fold.NewKeyIndex()
+	}
 	if r.progress != nil {
 		name := d.Name()
 		opts.Progress = func(done, total uint64) { r.progress(name, done, total) }

@@ -8,3 +8,12 @@ func SetSumTuning(bucketKeys, leafRows, fanout int, fallback float64) (restore f
 	tuning = sumTuning{bucketKeys: bucketKeys, maxBuckets: 1 << 14, leafRows: leafRows, fanout: fanout, fallback: fallback}
 	return func() { tuning = old }
 }
+
+// RecordNoKeys makes the first sums record no keys' ranges, so that the
+// ranges that differ find their keys from the keys' bytes, as with more
+// than 65,536 ranges; it returns a func that restores the default.
+func RecordNoKeys() (restore func()) {
+	old := maxRecordedBuckets
+	maxRecordedBuckets = 0
+	return func() { maxRecordedBuckets = old }
+}

@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/auditd/auditd/rederive/compare"
 	"github.com/auditd/auditd/rederive/store"
@@ -17,7 +20,9 @@ import (
 // rows (key text COLLATE "C" PRIMARY KEY, value numeric(14,2)) holding
 // one wrong row with the expected values, by sums ("sums") and by reading
 // every row ("rows"), and reports the rows read from the store per
-// comparison and their share of the table. The table,
+// comparison and their share of the table, the median wall time of a
+// comparison and this process's CPU time per comparison (the database's
+// is not in it). The table,
 // auditd_bench_sums_<rows>, is loaded once and kept for later runs
 // (loading 10,000,000 rows takes minutes); drop it to reload. Without
 // the variable the benchmark is skipped.
@@ -68,7 +73,10 @@ func BenchmarkCompareSums(b *testing.B) {
 	for _, m := range []compare.Method{compare.MethodSums, compare.MethodRows} {
 		b.Run(string(m), func(b *testing.B) {
 			var read, queries int64
+			var walls []time.Duration
+			cpu0 := processCPU()
 			for b.Loop() {
+				t0 := time.Now()
 				var drift []string
 				st, err := compare.Compare(ctx, s, expected, compare.Config{Method: m}, func(d compare.Drift) error {
 					drift = append(drift, d.Key)
@@ -82,11 +90,24 @@ func BenchmarkCompareSums(b *testing.B) {
 				}
 				read += st.Rows
 				queries += st.SumQueries
+				walls = append(walls, time.Since(t0))
 			}
 			n := float64(b.N)
+			slices.Sort(walls)
+			b.ReportMetric(walls[len(walls)/2].Seconds(), "median-s/op")
+			b.ReportMetric((processCPU()-cpu0).Seconds()/n, "go-cpu-s/op")
 			b.ReportMetric(float64(read)/n, "rows-read/op")
 			b.ReportMetric(100*float64(read)/n/float64(rows), "%read")
 			b.ReportMetric(float64(queries)/n, "sum-queries/op")
 		})
 	}
+}
+
+// processCPU is the user and system CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -169,6 +169,11 @@ func TestSumsDifferential(t *testing.T) {
 		t.Run(strconv.Itoa(round), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 42))
 			defer compare.SetSumTuning(1+rng.IntN(40), 1+rng.IntN(8), 2+rng.IntN(8), 1)()
+			if round >= 2 {
+				// The keys of differing ranges found from their bytes,
+				// not from the first pass's record.
+				defer compare.RecordNoKeys()()
+			}
 			n := rng.IntN(700)
 			single := round%2 == 0
 			var keys []string

@@ -35,6 +35,11 @@ type Options struct {
 	// its spec. Fold records it on the result and refuses a base computed
 	// with a different one, so a changed definition forces a full fold.
 	Fingerprint string
+	// KeyIndex, if set, is filled by Fold with which keys each batch of
+	// entries steps, and used by Lineage and Explain to skip the batches
+	// that step none of their keys (see KeyIndex). Results do not depend
+	// on it.
+	KeyIndex *KeyIndex
 }
 
 // EventRef names one ledger entry: enough to fetch it and prove it.
@@ -163,7 +168,7 @@ func Fold(ctx context.Context, d Derivation, base *Result, spans []Span, o Optio
 		wg.Go(func() { sh.run(fctx) })
 	}
 	var prepErrs []foldError
-	p := &pipeline{d: d, spans: spans, workers: w, shards: w, progress: o.Progress, seed: seed, evalCtx: fctx}
+	p := &pipeline{d: d, spans: spans, workers: w, shards: w, progress: o.Progress, seed: seed, evalCtx: fctx, index: o.KeyIndex}
 	events, err := p.run(fctx, func(ctx context.Context, b *batch) error {
 		for _, e := range b.errs {
 			if len(prepErrs) < maxErrors {

@@ -20,7 +20,9 @@ import (
 // It is a second pass over the ledger, run only for the keys a comparison
 // found drifting: entries are read and prepared in parallel as in Fold,
 // and only the requested keys' steps are applied, so that an entry whose
-// step fails is not counted as contributing. Derivation errors are not
+// step fails is not counted as contributing. With o.KeyIndex filled by
+// the fold, only the batches of entries that may step one of keys are
+// read (see KeyIndex); the result is the same. Derivation errors are not
 // reported (Fold did); o's ErrorBudget and Fingerprint are ignored.
 func Lineage(ctx context.Context, d Derivation, spans []Span, keys map[string]bool, n int, o Options) (map[string][]EventRef, error) {
 	trails, err := Explain(ctx, d, spans, keys, n, Suspects{}, o)
@@ -93,6 +95,15 @@ func Explain(ctx context.Context, d Derivation, spans []Span, keys map[string]bo
 		d: d, spans: spans, workers: w, shards: 1, progress: o.Progress, seed: maphash.MakeSeed(),
 		want:    func(k string) bool { return keys[k] },
 		evalCtx: ctx,
+	}
+	if x := o.KeyIndex; x != nil {
+		// Only the batches the fold recorded that may step a key, or
+		// that it did not record, are read.
+		hs := make([]uint64, 0, len(keys))
+		for k := range keys {
+			hs = append(hs, x.hash(k))
+		}
+		p.skip = func(log string, from, to uint64) bool { return x.skips(log, from, to, hs) }
 	}
 	_, err = p.run(ctx, func(_ context.Context, b *batch) error {
 		for i := range b.steps[0] {

@@ -2,10 +2,13 @@ package fold
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"maps"
 	"reflect"
 	"slices"
 	"sort"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -107,5 +110,159 @@ func TestLineage(t *testing.T) {
 	got, err := Lineage(context.Background(), d, spans, nil, 3, Options{})
 	if err != nil || len(got) != 0 {
 		t.Errorf("Lineage of no key: %v, %v", got, err)
+	}
+}
+
+// countingReader counts the entries read through it.
+type countingReader struct {
+	LogReader
+	n *atomic.Int64
+}
+
+func (r countingReader) Entries(ctx context.Context, from, to uint64, fn func(*ledger.Record) error) error {
+	return r.LogReader.Entries(ctx, from, to, func(rec *ledger.Record) error {
+		r.n.Add(1)
+		return fn(rec)
+	})
+}
+
+// counted returns spans reading through a countingReader on n.
+func counted(spans []Span, n *atomic.Int64) []Span {
+	out := slices.Clone(spans)
+	for i := range out {
+		out[i].Reader = countingReader{out[i].Reader, n}
+	}
+	return out
+}
+
+// TestLineageKeyIndex checks that lineage given the fold's KeyIndex is
+// the lineage without it (and a plain fold's), for a sparse key whose
+// entries lie past the first 1,024-entry batch of two logs, a key in
+// every batch and a key without entries, while reading fewer entries;
+// and that batches the fold did not record (it continued from a base)
+// are read.
+func TestLineageKeyIndex(t *testing.T) {
+	s := OpenFoldStore(t, t.TempDir())
+	var logs []*ledger.Log
+	for i, name := range []string{"p.1", "p.0"} {
+		l := mustCreate(t, s, name)
+		g := newFoldGen(uint64(70+i), 3000)
+		for range 3 {
+			appendEvents(t, l, g, 1500)
+			appendEvents(t, l, &foldGen{rng: g.rng, accounts: 1, prefix: "rare"}, 1)
+		}
+		appendEvents(t, l, g, 700)
+		logs = append(logs, l)
+	}
+	// A key in every batch.
+	for _, l := range logs {
+		appendEvents(t, l, &foldGen{rng: newFoldGen(5, 1).rng, accounts: 1, prefix: "busy"}, 1)
+	}
+	d := &GoBalances{ordered: true}
+	spans := fullSpans(t, logs...)
+	all := refLineage(t, d, logs...)
+	if rare := all["rare0"]; len(rare) != 6 || rare[0].Index < 1024 || rare[0].Log != "p.0" || rare[5].Log != "p.1" {
+		t.Fatalf("test data: rare0's entries %+v", rare)
+	}
+	x := NewKeyIndex()
+	mustFold(t, d, nil, spans, Options{ErrorBudget: -1, KeyIndex: x})
+	if x.Batches() != 12 {
+		t.Fatalf("the fold recorded %d batches, want 12", x.Batches())
+	}
+	keys := map[string]bool{"rare0": true, "busy0": true, "nobody": true}
+	for _, n := range []int{1, 4, 40} {
+		var plain, indexed atomic.Int64
+		want, err := Lineage(context.Background(), d, counted(spans, &plain), keys, n, Options{Workers: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := Lineage(context.Background(), d, counted(spans, &indexed), keys, n, Options{Workers: 2, KeyIndex: x})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("n=%d: lineage with the index:\n%v\nwithout:\n%v", n, got, want)
+		}
+		for k := range keys {
+			w := all[k]
+			if len(w) > n {
+				w = w[len(w)-n:]
+			}
+			if !reflect.DeepEqual(got[k], w) {
+				t.Errorf("n=%d: lineage of %s:\n%v\nwant\n%v", n, k, got[k], w)
+			}
+		}
+		// rare0's 6 entries are in 6 of 12 batches, busy0's in 2; the
+		// other 4 batches are not read (a false positive could add one).
+		if plain.Load() != int64(logs[0].Size()+logs[1].Size()) || indexed.Load() >= plain.Load()-1024 {
+			t.Errorf("n=%d: entries read: %d with the index, %d without", n, indexed.Load(), plain.Load())
+		}
+		// Only the sparse key: most batches are skipped.
+		indexed.Store(0)
+		got, err = Lineage(context.Background(), d, counted(spans, &indexed), map[string]bool{"rare0": true}, n, Options{KeyIndex: x})
+		if err != nil || !reflect.DeepEqual(got["rare0"], want["rare0"]) {
+			t.Errorf("n=%d: lineage of rare0 alone: %v, %v", n, got, err)
+		}
+		if indexed.Load() > 7*1024 {
+			t.Errorf("n=%d: lineage of rare0 read %d entries", n, indexed.Load())
+		}
+	}
+
+	// A fold that continued from a base recorded batches from the base's
+	// size: a lineage from 0 reads the others whole, and agrees.
+	half := []Span{spanOf(t, logs[0], 0, 2000), spanOf(t, logs[1], 0, 2000)}
+	base := mustFold(t, d, nil, half, Options{ErrorBudget: -1})
+	y := NewKeyIndex()
+	mustFold(t, d, base, nextSpans(t, base, logs...), Options{ErrorBudget: -1, KeyIndex: y})
+	got, err := Lineage(context.Background(), d, spans, keys, 40, Options{KeyIndex: y})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := Lineage(context.Background(), d, spans, keys, 40, Options{})
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("after a continued fold, lineage with the index:\n%v\nwithout:\n%v", got, want)
+	}
+}
+
+// TestLineageKeyIndexAllKeys checks that a batch holding an entry that
+// steps every key (a truncate) is read for any key's lineage, also when
+// none of the batch's other entries is the key's.
+func TestLineageKeyIndexAllKeys(t *testing.T) {
+	s := OpenFoldStore(t, t.TempDir())
+	l := mustCreate(t, s, "m.0")
+	// row-7's entries in the first batch only; a truncate in the third.
+	var payloads [][]byte
+	for i := range 4000 {
+		id := fmt.Sprintf("other-%d", i)
+		if i < 1000 && i%100 == 0 {
+			id = "row-7"
+		}
+		op := "c"
+		if i == 2500 {
+			op = "t"
+		}
+		p, _ := json.Marshal(mirrorEvent{Op: op, ID: id, V: int64(i)})
+		payloads = append(payloads, p)
+	}
+	appendPayloads(t, l, payloads)
+	d := &mirror{}
+	spans := fullSpans(t, l)
+	x := NewKeyIndex()
+	mustFold(t, d, nil, spans, Options{ErrorBudget: -1, KeyIndex: x})
+	keys := map[string]bool{"row-7": true}
+	want, err := Lineage(context.Background(), d, spans, keys, 3, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var read atomic.Int64
+	got, err := Lineage(context.Background(), d, counted(spans, &read), keys, 3, Options{KeyIndex: x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) || len(got["row-7"]) != 3 || got["row-7"][2].Index != 2500 {
+		t.Errorf("lineage with the index:\n%v\nwant\n%v (ending with the truncate, entry 2500)", got, want)
+	}
+	if read.Load() != 2*1024 {
+		t.Errorf("read %d entries, want the 2 batches of row-7's entries and the truncate", read.Load())
 	}
 }

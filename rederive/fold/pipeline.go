@@ -61,6 +61,10 @@ type pipeline struct {
 	// evalCtx is the events' Context: the fold's, which outlives the
 	// pipeline's own (steps run after the last batch is read).
 	evalCtx context.Context
+	// index, if set, records each batch's keys (Fold); skip, if set,
+	// says a batch need not be read (Lineage): it is emitted empty.
+	index *KeyIndex
+	skip  func(log string, from, to uint64) bool
 }
 
 // run reads and prepares every span and calls emit with the batches in
@@ -177,6 +181,14 @@ func (p *pipeline) prepare(ctx context.Context, j job) (*batch, error) {
 	// ledger's records own theirs, so only other readers' are copied.
 	_, owned := s.Reader.(localLog)
 	b := &batch{seq: j.seq, n: j.to - j.from, steps: make([][]step, p.shards)}
+	if p.skip != nil && p.skip(log, j.from, j.to) {
+		return b, nil
+	}
+	var hs []uint64 // the hashes of the steps' keys, for index
+	allKeys := false
+	if p.index != nil {
+		hs = make([]uint64, 0, j.to-j.from)
+	}
 	// Sized for the whole batch: steps point into it, so it must not grow.
 	ents := make([]entry, 0, j.to-j.from)
 	next := j.from
@@ -223,6 +235,7 @@ func (p *pipeline) prepare(ctx context.Context, j job) (*batch, error) {
 		used := false
 		if len(keys) == 0 {
 			if ak, ok := dec.(AllKeys); ok {
+				allKeys = true
 				for sh := range b.steps {
 					if b.steps[sh] == nil {
 						b.steps[sh] = make([]step, 0, stepsCap)
@@ -233,6 +246,9 @@ func (p *pipeline) prepare(ctx context.Context, j job) (*batch, error) {
 			}
 		}
 		for pos, k := range keys {
+			if p.index != nil {
+				hs = append(hs, p.index.hash(k))
+			}
 			if p.want != nil && !p.want(k) {
 				continue
 			}
@@ -259,6 +275,9 @@ func (p *pipeline) prepare(ctx context.Context, j job) (*batch, error) {
 			return nil, context.Cause(ctx)
 		}
 		return nil, fmt.Errorf("rederive: %s: read %s entries [%d, %d): %w", p.d.Name(), log, j.from, j.to, err)
+	}
+	if p.index != nil {
+		p.index.record(log, j.from, j.to, allKeys, hs)
 	}
 	return b, nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/auditd/auditd/api"
 	"github.com/auditd/auditd/checkers"
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/rederive"
@@ -96,6 +97,21 @@ func (l *liveDerivations) Trigger(name string, full bool) error {
 	}
 	return rederive.ErrUnknownDerivation
 }
+
+// Snapshot serves GET /v1/derivations/{name}/snapshot from the daemon
+// running now (api.Snapshots: without it the API answers that this auditd
+// keeps no snapshots).
+func (l *liveDerivations) Snapshot(name string) (*rederive.Snapshot, error) {
+	if d := l.cur.Load(); d != nil {
+		return d.Snapshot(name)
+	}
+	return nil, rederive.ErrUnknownDerivation
+}
+
+var (
+	_ api.Derivations = (*liveDerivations)(nil)
+	_ api.Snapshots   = (*liveDerivations)(nil)
+)
 
 // current returns the compiled derivations running now.
 func (l *liveDerivations) current() []rederive.Job {

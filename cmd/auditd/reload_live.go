@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/auditd/auditd/alert"
 	"github.com/auditd/auditd/api"
 	"github.com/auditd/auditd/checkers"
 	"github.com/auditd/auditd/ledger"
@@ -233,9 +234,22 @@ func (d *instance) startLiveDerivations(p *liveParts, jobs []rederive.Job, cfg C
 		name := j.Derivation.Name()
 		if !slices.ContainsFunc(jobs, func(n rederive.Job) bool { return n.Derivation.Name() == name }) {
 			p.derivs.metrics.Forget(name)
+			d.resolveDerivationAlerts(name)
 		}
 	}
 	return nil
+}
+
+// resolveDerivationAlerts resolves the drift, store and derivation error
+// alerts of a derivation a reload removed: nothing checks it any more, so
+// nothing else would. Integrity alerts (an incremental fold that disagreed
+// with the full one) stay for a person to look at.
+func (d *instance) resolveDerivationAlerts(name string) {
+	for _, k := range []alert.Kind{alert.KindDrift, alert.KindStoreError, alert.KindDerivationError} {
+		if err := d.alerts.Sync(k, name, nil); err != nil {
+			d.log.Warn("resolving the alerts of a removed derivation", "derivation", name, "kind", k, "err", err)
+		}
+	}
 }
 
 // afterDerivationRun runs the invariant check after a derivation's run.

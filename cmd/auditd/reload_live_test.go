@@ -353,7 +353,27 @@ func TestReloadLiveParts(t *testing.T) {
 	if code != http.StatusBadRequest || !strings.Contains(body, "witness.name changed") || strings.Contains(body, "webhooks") {
 		t.Errorf("reload changing witness.name: %d %s, want 400 naming witness.name alone", code, body)
 	}
-	// 7. Derivation removed: /v1/derivations and /metrics forget it.
+	// 7. Derivation removed: /v1/derivations and /metrics forget it, and
+	// its drift alert (bal drifts since step 1) resolves: nothing checks
+	// it any more.
+	balDrift := func() int {
+		t.Helper()
+		_, body := do(http.MethodGet, "/v1/alerts?state=firing&kind=drift&subject=bal", nil)
+		var v struct {
+			Alerts []json.RawMessage `json:"alerts"`
+		}
+		if err := json.Unmarshal([]byte(body), &v); err != nil {
+			t.Fatalf("GET /v1/alerts: %v %s", err, body)
+		}
+		return len(v.Alerts)
+	}
+	waitFor("bal's drift alert firing", func() bool {
+		if balDrift() > 0 {
+			return true
+		}
+		verdict() // a drift is confirmed over runs
+		return balDrift() > 0
+	})
 	cur.specs = cntSpec
 	writeCfg(cur)
 	if code, body := reload(); code != http.StatusOK {
@@ -361,6 +381,9 @@ func TestReloadLiveParts(t *testing.T) {
 	}
 	if got := derivations(); !slices.Equal(got, []string{"cnt"}) {
 		t.Errorf("derivations after removing bal.yaml: %v", got)
+	}
+	if n := balDrift(); n != 0 {
+		t.Errorf("%d drift alerts of the removed derivation bal still firing", n)
 	}
 	// 8. Retention added: log r (no derivation reads it) keeps its last
 	// entry's payload only.

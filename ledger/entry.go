@@ -211,10 +211,14 @@ func decodeStored(log string, index uint64, b []byte) (*Record, error) {
 // by one if a is nil).
 func decodeStoredAs(log string, index uint64, b []byte, leaf bool, a *recordSlab) (*Record, error) {
 	var e storedEntry
-	var idBuf [64]byte
-	if _, err := e.decode(b, idBuf[:0]); err != nil {
+	// A packed id's text goes to a's reusable buffer: a stack array here
+	// would move to the heap (decode keeps a slice of it in e), one
+	// allocation per entry read.
+	idBuf, err := e.decode(b, a.idScratch())
+	if err != nil {
 		return nil, err
 	}
+	a.keepIDScratch(idBuf)
 	r := a.record()
 	r.Index = index
 	l := &r.Leaf
@@ -394,6 +398,24 @@ func (sr *storedReader) uv() (uint64, bool) {
 type recordSlab struct {
 	recs []Record
 	buf  []byte
+	id   []byte // a packed id's text while one entry is decoded
+}
+
+// idScratch returns the buffer a packed id is unpacked into (nil, so
+// allocated, when a is nil).
+func (a *recordSlab) idScratch() []byte {
+	if a == nil {
+		return nil
+	}
+	return a.id[:0]
+}
+
+// keepIDScratch keeps b, which idScratch's buffer grew into, for the next
+// entry.
+func (a *recordSlab) keepIDScratch(b []byte) {
+	if a != nil {
+		a.id = b
+	}
 }
 
 const (

@@ -101,6 +101,47 @@ type RawLog struct {
 	id   uint32
 	size uint64
 	root merkle.Hash
+
+	tiles tileMemo
+}
+
+// tileMemoSize is how many level-0 tiles a RawLog remembers: more than a
+// scan batch spans (scanBatchSize entries, plus the tile a batch not
+// aligned to tiles starts in).
+const tileMemoSize = 2 * scanBatchSize / tileWidth
+
+// tileMemo holds the level-0 tiles a RawLog decoded last, slot n mod
+// tileMemoSize for tile n. A pass of Check reads each level-0 tile twice:
+// the storage checks read it while a batch is checked, before the batch
+// goes to fn, and the scrub behind fn reads it again to compare the
+// leaves; the second read is served from here, neither a second Pebble get
+// nor a second decode. The store behind a RawLog does not change while it
+// is open (a snapshot, or a store opened read-only), so a remembered tile
+// is what a read would return. Callers only read the slices.
+type tileMemo struct {
+	mu   sync.Mutex
+	slot [tileMemoSize]struct {
+		n         uint64
+		ok        bool
+		base, mid []merkle.Hash
+	}
+}
+
+func (m *tileMemo) get(n uint64) (base, mid []merkle.Hash, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := &m.slot[n%tileMemoSize]
+	if !s.ok || s.n != n {
+		return nil, nil, false
+	}
+	return s.base, s.mid, true
+}
+
+func (m *tileMemo) put(n uint64, base, mid []merkle.Hash) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := &m.slot[n%tileMemoSize]
+	s.n, s.ok, s.base, s.mid = n, true, base, mid
 }
 
 func openRawLog(r pebble.Reader, snap *pebble.Snapshot, name string) (*RawLog, error) {
@@ -155,8 +196,14 @@ func (r *RawLog) HashReader() merkle.HashReader { return hashReader{db: r.r, log
 // Tile returns the stored tile at tile level level and index n: its base
 // hashes (tree level 8*level) and the level-4 hashes stored after them. A
 // tile not in storage is ErrNotFound; one whose value has an impossible
-// length is another error.
+// length is another error. The level-0 tiles read last are remembered
+// (tileMemo): the slices returned must not be modified.
 func (r *RawLog) Tile(level uint8, n uint64) (base, mid []merkle.Hash, err error) {
+	if level == 0 {
+		if base, mid, ok := r.tiles.get(n); ok {
+			return base, mid, nil
+		}
+	}
 	v, closer, err := r.r.Get(tileKey(r.id, level, n))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, nil, fmt.Errorf("%w: tile %d/%d of %s", ErrNotFound, level, n, r.name)
@@ -165,7 +212,10 @@ func (r *RawLog) Tile(level uint8, n uint64) (base, mid []merkle.Hash, err error
 		return nil, nil, fmt.Errorf("ledger: %s: read tile %d/%d: %w", r.name, level, n, err)
 	}
 	defer closer.Close()
-	return decodeTile(v)
+	if base, mid, err = decodeTile(v); err == nil && level == 0 {
+		r.tiles.put(n, base, mid)
+	}
+	return base, mid, err
 }
 
 // RawCheckpoint is a stored checkpoint note and the size its key files it

@@ -367,7 +367,18 @@ type storedReader struct {
 }
 
 // str reads a uvarint-length-prefixed byte string (aliasing the value).
+// A length under 128 (one byte: ids, keys, topics, most headers) is read
+// inline; longer ones in strLong.
 func (sr *storedReader) str() ([]byte, bool) {
+	if b := sr.b; len(b) > 0 && b[0] < 0x80 && int(b[0]) < len(b) {
+		n := int(b[0]) + 1
+		sr.b = b[n:]
+		return b[1:n:n], true
+	}
+	return sr.strLong()
+}
+
+func (sr *storedReader) strLong() ([]byte, bool) {
 	n, k := binary.Uvarint(sr.b)
 	if k <= 0 || uint64(len(sr.b)-k) < n {
 		return nil, false

@@ -149,12 +149,17 @@ var ErrLeaf = errors.New("merkle: malformed leaf")
 
 // Validate checks the leaf's fields against the limits of the encoding.
 func (l *Leaf) Validate() error {
+	return l.validate(len(l.ID), utf8.ValidString(l.ID))
+}
+
+// validate is Validate for an id of idLen bytes, valid UTF-8 if idUTF8.
+func (l *Leaf) validate(idLen int, idUTF8 bool) error {
 	switch {
 	case l.Log == "" || len(l.Log) > MaxLogName:
 		return fmt.Errorf("%w: log name of %d bytes (want 1..%d)", ErrLeaf, len(l.Log), MaxLogName)
-	case l.ID == "" || len(l.ID) > MaxID:
-		return fmt.Errorf("%w: id of %d bytes (want 1..%d)", ErrLeaf, len(l.ID), MaxID)
-	case !utf8.ValidString(l.Log) || !utf8.ValidString(l.ID):
+	case idLen == 0 || idLen > MaxID:
+		return fmt.Errorf("%w: id of %d bytes (want 1..%d)", ErrLeaf, idLen, MaxID)
+	case !idUTF8 || !utf8.ValidString(l.Log):
 		return fmt.Errorf("%w: log name and id must be UTF-8", ErrLeaf)
 	case len(l.Key) > MaxKey:
 		return fmt.Errorf("%w: key of %d bytes (max %d)", ErrLeaf, len(l.Key), MaxKey)
@@ -254,16 +259,8 @@ func (l *Leaf) Append(b []byte) ([]byte, error) {
 // scan that hashes stored entries in place takes the id from its buffer
 // without making a string of it for each entry.
 func (l *Leaf) AppendID(b, id []byte) ([]byte, error) {
-	v := *l
-	v.ID = "-" // validated apart, below
-	if err := v.Validate(); err != nil {
+	if err := l.validate(len(id), utf8.Valid(id)); err != nil {
 		return b, err
-	}
-	if len(id) == 0 || len(id) > MaxID {
-		return b, fmt.Errorf("%w: id of %d bytes (want 1..%d)", ErrLeaf, len(id), MaxID)
-	}
-	if !utf8.Valid(id) {
-		return b, fmt.Errorf("%w: log name and id must be UTF-8", ErrLeaf)
 	}
 	return appendLeaf(b, l, id), nil
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/big"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -592,10 +591,12 @@ func (r *Runner) classify(rep *Report, sp *spec.Spec, res *fold.Result, drifts [
 	}
 }
 
-// attachLineage collects, for the reported drifted keys, the last entries
-// that produced their expected values, and the entries that can explain
-// the difference (see suspects), each with its inclusion proof in the
-// signed checkpoint (of cps) its span was read under.
+// attachLineage collects, for the reported drifted keys (at most
+// MaxLineageKeys, none of kind extra: nothing derives them), the last
+// entries that produced their expected values and the entries that can
+// explain the difference (see suspects), each with its inclusion proof in
+// the signed checkpoint (of cps) its span was read under (keyLineage, with
+// the run's fold options: its KeyIndex).
 func (r *Runner) attachLineage(ctx context.Context, rep, prev *Report, sp *spec.Spec, d fold.Derivation, spans []fold.Span, cps []fold.Pin, opts fold.Options) error {
 	n := sp.Lineage
 	if n <= 0 || len(rep.Drift) == 0 {
@@ -614,42 +615,16 @@ func (r *Runner) attachLineage(ctx context.Context, rep, prev *Report, sp *spec.
 	if len(keys) == 0 {
 		return nil
 	}
-	opts.Progress = nil
-	lin, err := fold.Explain(ctx, d, spans, keys, n, suspects(rep, prev), opts)
-	if err != nil {
-		return err
-	}
-	signed := map[string]fold.Pin{}
+	signed := make(map[string]fold.Pin, len(cps))
 	for _, cp := range cps {
 		signed[cp.Log] = cp
 	}
+	lin, err := keyLineage(ctx, r.ledger, d, spans, signed, keys, n, suspects(rep, prev), opts)
+	if err != nil {
+		return err
+	}
 	for i := range rep.Drift {
-		dr := &rep.Drift[i]
-		tr := lin[dr.Key]
-		why := map[fold.EventRef]string{}
-		var extra []fold.EventRef // suspects older than the last n
-		for _, s := range tr.Suspects {
-			if _, dup := why[s.EventRef]; dup {
-				why[s.EventRef] += "; " + s.Why
-				continue
-			}
-			why[s.EventRef] = s.Why
-			if !slices.Contains(tr.Last, s.EventRef) {
-				extra = append(extra, s.EventRef)
-			}
-		}
-		for _, ref := range slices.Concat(extra, tr.Last) {
-			// Prove against the signed checkpoint the span was read under,
-			// also when the store's watermark pinned the span below it: a
-			// root computed at the watermark is signed by no one, and a
-			// checkpoint fetched now may not be the one the pin names.
-			proveAt := signed[ref.Log]
-			proof, err := r.ledger.Prove(ctx, ref.Log, ref.Index, proveAt)
-			if err != nil {
-				return err
-			}
-			dr.Lineage = append(dr.Lineage, Evidence{EventRef: ref, TreeSize: proveAt.Size, Proof: proof, Why: why[ref]})
-		}
+		rep.Drift[i].Lineage = lin[rep.Drift[i].Key]
 	}
 	return nil
 }

@@ -71,9 +71,9 @@ func AttachInvariantLineage(ctx context.Context, lg Ledger, v note.Verifier, d f
 
 // KeyLineage returns, for each of keys that an entry was applied to, the
 // last n entries applied to it by a full fold of d over its source logs
-// up to pins (fold.Lineage), oldest first, each with its inclusion proof
-// in the tree of its log's signed pin (signed, by log name; a log absent
-// from it is proven at its pin). Reading a log under its signed pin lets a
+// up to pins (as fold.Lineage), oldest first, each with its inclusion
+// proof in the tree of its log's signed pin (signed, by log name; a log
+// absent from it is proven at its pin): keyLineage, as a drift's lineage. Reading a log under its signed pin lets a
 // pin below the signed checkpoint (a derived store's watermark) still be
 // proven in a tree someone signed.
 func KeyLineage(ctx context.Context, lg Ledger, d fold.Derivation, pins []fold.Pin, signed map[string]fold.Pin, keys map[string]bool, n int) (map[string][]Evidence, error) {

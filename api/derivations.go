@@ -10,11 +10,23 @@ import (
 	"github.com/auditd/auditd/rederive"
 )
 
-// Derivations is what the API needs of the derivation daemon.
+// Derivations is what the API needs of the derivation daemon. Its
+// methods are called concurrently.
 type Derivations interface {
+	// Configured reports whether any derivation is configured now. A set
+	// that can change while the server runs (serve's, on a configuration
+	// reload) says none for now with false: /v1/derivations then answers
+	// 404 no_derivations.
+	Configured() bool
+	// Jobs lists the derivations.
 	Jobs() []rederive.JobInfo
+	// Latest returns the named derivation's latest report (nil before its
+	// first run), or an error wrapping rederive.ErrUnknownDerivation.
 	Latest(name string) (*rederive.Report, error)
+	// Trigger queues a run of the named derivation (full: from zero), or
+	// returns an error wrapping rederive.ErrUnknownDerivation.
 	Trigger(name string, full bool) error
+	Snapshots
 }
 
 var _ Derivations = (*rederive.Daemon)(nil)
@@ -28,12 +40,8 @@ func (s *Server) derivationRoutes(r chi.Router) {
 	r.With(s.auth(true)).Post("/{name}/run", s.triggerRun)
 }
 
-// A Derivations whose set can change while the server runs (serve's, on a
-// configuration reload) may say it has none for now with Configured.
-type configured interface{ Configured() bool }
-
 func (s *Server) derivations(w http.ResponseWriter) (Derivations, bool) {
-	if c, ok := s.parts.Derivations.(configured); s.parts.Derivations == nil || ok && !c.Configured() {
+	if d := s.parts.Derivations; d == nil || !d.Configured() {
 		writeError(w, http.StatusNotFound, "no_derivations", "this auditd checks no derivations (configure derivations: spec files)", nil)
 		return nil, false
 	}

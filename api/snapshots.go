@@ -11,14 +11,20 @@ import (
 	"github.com/auditd/auditd/rederive"
 )
 
-// Snapshots is what the API needs to publish derivations' snapshots; the
-// Derivations of Options implement it when they keep snapshots.
+// Snapshots is what the API needs to publish derivations' snapshots, a
+// part of Derivations.
 type Snapshots interface {
 	// Snapshot returns the named derivation's newest snapshot: an error
-	// wrapping rederive.ErrUnknownDerivation for no such derivation, or
-	// ledger.ErrNotFound when it has none.
+	// wrapping rederive.ErrUnknownDerivation for no such derivation,
+	// ledger.ErrNotFound when it has none, or ErrNoSnapshots when the
+	// implementation keeps no snapshots at all.
 	Snapshot(name string) (*rederive.Snapshot, error)
 }
+
+// ErrNoSnapshots is what Snapshots.Snapshot returns from an
+// implementation that keeps no snapshots: the API answers 404 no_snapshot,
+// "this auditd keeps no snapshots".
+var ErrNoSnapshots = errors.New("api: this auditd keeps no snapshots")
 
 var _ Snapshots = (*rederive.Daemon)(nil)
 
@@ -30,13 +36,10 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := chi.URLParam(r, "name")
-	sn, ok := d.(Snapshots)
-	if !ok {
-		writeError(w, http.StatusNotFound, "no_snapshot", "this auditd keeps no snapshots", nil)
-		return
-	}
-	snap, err := sn.Snapshot(name)
+	snap, err := d.Snapshot(name)
 	switch {
+	case errors.Is(err, ErrNoSnapshots):
+		writeError(w, http.StatusNotFound, "no_snapshot", "this auditd keeps no snapshots", nil)
 	case errors.Is(err, rederive.ErrUnknownDerivation):
 		writeError(w, http.StatusNotFound, "unknown_derivation", "no derivation named "+strconv.Quote(name), nil)
 	case errors.Is(err, ledger.ErrNotFound):

@@ -173,6 +173,10 @@ type JobInfo struct {
 	File    string `json:"file,omitempty"`
 }
 
+// Configured reports true: a Daemon's derivations are the jobs it was
+// made with (a reload makes a new Daemon).
+func (d *Daemon) Configured() bool { return true }
+
 // Jobs lists the derivations in name order.
 func (d *Daemon) Jobs() []JobInfo {
 	out := make([]JobInfo, 0, len(d.names))

@@ -71,9 +71,9 @@ func AttachInvariantLineage(ctx context.Context, lg Ledger, v note.Verifier, d f
 
 // KeyLineage returns, for each of keys that an entry was applied to, the
 // last n entries applied to it by a full fold of d over its source logs
-// up to pins (fold.Lineage), oldest first, each with its inclusion proof
-// in the tree of its log's signed pin (signed, by log name; a log absent
-// from it is proven at its pin). Reading a log under its signed pin lets a
+// up to pins (as fold.Lineage), oldest first, each with its inclusion
+// proof in the tree of its log's signed pin (signed, by log name; a log
+// absent from it is proven at its pin): keyLineage, as a drift's lineage. Reading a log under its signed pin lets a
 // pin below the signed checkpoint (a derived store's watermark) still be
 // proven in a tree someone signed.
 func KeyLineage(ctx context.Context, lg Ledger, d fold.Derivation, pins []fold.Pin, signed map[string]fold.Pin, keys map[string]bool, n int) (map[string][]Evidence, error) {
@@ -87,22 +87,9 @@ func KeyLineage(ctx context.Context, lg Ledger, d fold.Derivation, pins []fold.P
 		at[p.Log] = sp
 		spans = append(spans, fold.Span{Reader: lg.Reader(p.Log, sp), From: 0, To: p.Size, Pin: p})
 	}
-	lin, err := fold.Lineage(ctx, d, spans, keys, n, fold.Options{})
-	if err != nil {
-		return nil, err
-	}
-	out := map[string][]Evidence{}
-	for k := range keys {
-		for _, ref := range lin[k] {
-			sp := at[ref.Log]
-			proof, err := lg.Prove(ctx, ref.Log, ref.Index, sp)
-			if err != nil {
-				return nil, fmt.Errorf("prove %s entry %d in the tree of size %d: %w", ref.Log, ref.Index, sp.Size, err)
-			}
-			out[k] = append(out[k], Evidence{EventRef: ref, TreeSize: sp.Size, Proof: proof})
-		}
-	}
-	return out, nil
+	// The check folds nothing: there is no KeyIndex of the fold that
+	// saved the result, and lineage reads every batch.
+	return keyLineage(ctx, lg, d, spans, at, keys, n, fold.Suspects{}, fold.Options{})
 }
 
 // signedPin returns the pin of the signed checkpoint p names (its size and

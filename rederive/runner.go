@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/big"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -101,43 +100,101 @@ func NewRunner(lg Ledger, opts ...RunnerOption) *Runner {
 // is in state error when the run could not judge the store; err is
 // reserved for a cancelled context.
 func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
-	now, logger := r.now, r.logger
-	sp, d := job.Spec, job.Derivation
 	start := time.Now()
+	d := job.Derivation
 	var prev *Report // the run before this one, for where drifted keys last agreed
 	if r.bucket != nil {
 		prev, _ = LatestReport(r.bucket, d.Name())
 	}
-	rep := &Report{Derivation: d.Name(), Mode: "full", Severity: sp.Severity, StartedAt: now().UTC(), Drift: []DriftReport{}}
-	fail := func(f *runFailure) (*Report, error) {
+	rep := &Report{Derivation: d.Name(), Mode: "full", Severity: job.Spec.Severity, StartedAt: r.now().UTC(), Drift: []DriftReport{}}
+	judged, f := r.check(ctx, rep, prev, job, full)
+	if f != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
 		// The store's errors name it without secrets; this guards against
 		// a library's error that quotes its URL or DSN.
-		err := redact.Error(f.err, sp.Store.Secrets()...)
-		rep.State, rep.ErrorKind, rep.Error = StateError, f.kind, err.Error()
-		rep.Seconds = time.Since(start).Seconds()
-		r.finish(rep)
-		logger.Error("derivation run failed", "derivation", rep.Derivation, "kind", f.kind, "err", err)
-		return rep, nil
+		f.err = redact.Error(f.err, job.Spec.Store.Secrets()...)
+		rep.State, rep.ErrorKind, rep.Error = StateError, f.kind, f.err.Error()
 	}
+	rep.Seconds = time.Since(start).Seconds()
+	r.finish(rep)
+	r.logRun(rep, d, judged, f)
+	return rep, nil
+}
 
+// check runs the steps of a check of job, recording them on rep: pin the
+// source logs (judged false when there is nothing to judge yet: rep is in
+// state no_source or pending), open and check the store, fold up to its
+// watermarks, compare, sort the drift into pending and confirmed, collect
+// its lineage, and give rep its state. A failure leaves rep's state to Run.
+func (r *Runner) check(ctx context.Context, rep, prev *Report, job Job, full bool) (judged bool, _ *runFailure) {
+	sp, d := job.Spec, job.Derivation
+	cps, judged, f := r.sourcePins(ctx, rep, job)
+	if f != nil || !judged {
+		return judged, f
+	}
+	st, err := store.Open(ctx, sp.Store)
+	if err != nil {
+		return true, &runFailure{ErrKindStore, err}
+	}
+	defer st.Close()
+	// The store first: one that is down, or a query or file that does not
+	// fit, is reported in milliseconds, not after the whole fold.
+	if err := st.Check(ctx); err != nil {
+		return true, &runFailure{ErrKindStore, err}
+	}
+	spans, hasMarks, f := r.spans(ctx, rep, st, cps)
+	if f != nil {
+		return true, f
+	}
+	fullSpans := append([]fold.Span(nil), spans...)
+	opts := r.foldOptions(sp, d)
+	res, f := r.fold(ctx, rep, d, spans, opts, full, r.logger)
+	if f != nil {
+		return true, f
+	}
+	if f := everyEventFailed(res); f != nil {
+		return true, f
+	}
+	drifts, f := r.compare(ctx, rep, st, sp, d, res, full)
+	if f != nil {
+		return true, f
+	}
+	r.judge(ctx, rep, sp, res, drifts, hasMarks)
+	if f := r.lineage(ctx, rep, prev, sp, d, fullSpans, cps, opts); f != nil {
+		return true, f
+	}
+	switch {
+	case rep.Confirmed > 0:
+		rep.State = StateDrift
+	case rep.Pending > 0:
+		rep.State = StatePending
+	default:
+		rep.State = StateClean
+	}
+	return true, nil
+}
+
+// sourcePins pins job's source logs at their latest signed checkpoints
+// (pins). With no log matching its sources, or none with a signed
+// checkpoint of entries yet, there is nothing to judge: rep is put in
+// state no_source or pending and judged is false.
+func (r *Runner) sourcePins(ctx context.Context, rep *Report, job Job) (cps []fold.Pin, judged bool, _ *runFailure) {
+	sp, d := job.Spec, job.Derivation
 	cps, matched, f := r.pins(ctx, d)
 	if f != nil {
-		return fail(f)
+		return nil, true, f
 	}
 	if r.warnNoSource(d.Name(), matched == 0) {
-		logger.Warn("derivation matches no log: it judges nothing until a log its sources match exists (a typo in sources?)",
+		r.logger.Warn("derivation matches no log: it judges nothing until a log its sources match exists (a typo in sources?)",
 			"derivation", rep.Derivation, "sources", d.Sources(), "file", sp.File)
 	}
 	if matched == 0 {
 		rep.State = StateNoSource
 		rep.Waiting = fmt.Sprintf("no log matches sources %v", d.Sources())
 		rep.Pins = []fold.Pin{}
-		rep.Seconds = time.Since(start).Seconds()
-		r.finish(rep)
-		return rep, nil
+		return nil, false, nil
 	}
 	if len(cps) == 0 {
 		// Nothing to judge yet (a fresh daemon before its first events):
@@ -145,28 +202,13 @@ func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
 		rep.State = StatePending
 		rep.Waiting = fmt.Sprintf("no source log matching %v has a signed checkpoint of entries yet", d.Sources())
 		rep.Pins = []fold.Pin{}
-		rep.Seconds = time.Since(start).Seconds()
-		r.finish(rep)
-		logger.Info("derivation waiting for entries", "derivation", rep.Derivation, "sources", d.Sources())
-		return rep, nil
+		return nil, false, nil
 	}
+	return cps, true, nil
+}
 
-	st, err := store.Open(ctx, sp.Store)
-	if err != nil {
-		return fail(&runFailure{ErrKindStore, err})
-	}
-	defer st.Close()
-	// The store first: one that is down, or a query or file that does not
-	// fit, is reported in milliseconds, not after the whole fold.
-	if err := st.Check(ctx); err != nil {
-		return fail(&runFailure{ErrKindStore, err})
-	}
-	spans, hasMarks, f := r.spans(ctx, rep, st, cps)
-	if f != nil {
-		return fail(f)
-	}
-	fullSpans := append([]fold.Span(nil), spans...)
-
+// foldOptions are the options of the run's fold of d.
+func (r *Runner) foldOptions(sp *spec.Spec, d fold.Derivation) fold.Options {
 	opts := fold.Options{Workers: r.workers, ErrorBudget: sp.ErrorBudget, Fingerprint: spec.Fingerprint(sp)}
 	if sp.Lineage > 0 {
 		// The fold records which keys each batch steps, so that lineage
@@ -177,56 +219,66 @@ func (r *Runner) Run(ctx context.Context, job Job, full bool) (*Report, error) {
 		name := d.Name()
 		opts.Progress = func(done, total uint64) { r.progress(name, done, total) }
 	}
-	res, f := r.fold(ctx, rep, d, spans, opts, full, logger)
-	if f != nil {
-		return fail(f)
-	}
-	if res.ErrorCount > 0 && len(res.States) == 0 {
-		// Not one event derived a key: the derivation is broken (a typo
-		// in a field name, a step that cannot run), and every row of the
-		// store would be reported as drift that is not the store's.
-		first := ""
-		if len(res.Errors) > 0 {
-			e := res.Errors[0]
-			first = fmt.Sprintf("; the first, %s#%d: %s", e.Log, e.Index, e.Err)
-		}
-		return fail(&runFailure{ErrKindDerivation, fmt.Errorf("%w: every event failed (%d derivation errors, no key derived): the derivation is broken, not the store%s", ErrAllEventsFailed, res.ErrorCount, first)})
-	}
-	drifts, f := r.compare(ctx, rep, st, sp, d, res, full)
-	if f != nil {
-		return fail(f)
-	}
+	return opts
+}
 
+// everyEventFailed fails a run in which not one event derived a key: the
+// derivation is broken (a typo in a field name, a step that cannot run),
+// and every row of the store would be reported as drift that is not the
+// store's.
+func everyEventFailed(res *fold.Result) *runFailure {
+	if res.ErrorCount == 0 || len(res.States) > 0 {
+		return nil
+	}
+	first := ""
+	if len(res.Errors) > 0 {
+		e := res.Errors[0]
+		first = fmt.Sprintf("; the first, %s#%d: %s", e.Log, e.Index, e.Err)
+	}
+	return &runFailure{ErrKindDerivation, fmt.Errorf("%w: every event failed (%d derivation errors, no key derived): the derivation is broken, not the store%s", ErrAllEventsFailed, res.ErrorCount, first)}
+}
+
+// judge sorts drifts into pending and confirmed (classify), counting the
+// grace period when the store reports no watermarks.
+func (r *Runner) judge(ctx context.Context, rep *Report, sp *spec.Spec, res *fold.Result, drifts []compare.Drift, hasMarks bool) {
 	young := func(*fold.EventRef) bool { return false }
 	if grace := time.Duration(sp.Grace); grace > 0 && !hasMarks && len(drifts) > 0 {
-		young = r.graceWindow(ctx, rep.Pins, now().Add(-grace))
+		young = r.graceWindow(ctx, rep.Pins, r.now().Add(-grace))
 	}
 	r.classify(rep, sp, res, drifts, young)
 	if len(rep.Ahead) > 0 && len(rep.Drift) > 0 {
 		rep.Waiting = "drift judged once a signed checkpoint covers the store's watermark: " + strings.Join(rep.Ahead, "; ")
 	}
-	if err := r.attachLineage(ctx, rep, prev, sp, d, fullSpans, cps, opts); err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if errors.Is(err, ErrVerification) {
-			return fail(&runFailure{ErrKindVerification, err})
-		}
-		logger.Warn("lineage not collected", "derivation", d.Name(), "err", err)
-	}
+}
+
+// lineage attaches the drift's lineage (attachLineage). Evidence that does
+// not verify fails the run; another error leaves the drift without
+// lineage, with a warning.
+func (r *Runner) lineage(ctx context.Context, rep, prev *Report, sp *spec.Spec, d fold.Derivation, spans []fold.Span, cps []fold.Pin, opts fold.Options) *runFailure {
+	err := r.attachLineage(ctx, rep, prev, sp, d, spans, cps, opts)
 	switch {
-	case rep.Confirmed > 0:
-		rep.State = StateDrift
-	case rep.Pending > 0:
-		rep.State = StatePending
-	default:
-		rep.State = StateClean
+	case err == nil:
+		return nil
+	case ctx.Err() != nil || errors.Is(err, ErrVerification):
+		// A cancelled context ends the run without a report (Run).
+		return &runFailure{ErrKindVerification, err}
 	}
-	rep.Seconds = time.Since(start).Seconds()
-	r.finish(rep)
-	logger.Info("derivation checked", "derivation", rep.Derivation, "mode", rep.Mode, "state", rep.State,
-		"events", rep.Events, "keys", rep.Keys, "confirmed", rep.Confirmed, "pending", rep.Pending, "seconds", rep.Seconds)
-	return rep, nil
+	r.logger.Warn("lineage not collected", "derivation", d.Name(), "err", err)
+	return nil
+}
+
+// logRun logs how a run ended: failed, waiting for entries, or checked
+// (a run whose sources match no log was warned of when found).
+func (r *Runner) logRun(rep *Report, d fold.Derivation, judged bool, f *runFailure) {
+	switch {
+	case f != nil:
+		r.logger.Error("derivation run failed", "derivation", rep.Derivation, "kind", f.kind, "err", f.err)
+	case !judged && rep.State == StatePending:
+		r.logger.Info("derivation waiting for entries", "derivation", rep.Derivation, "sources", d.Sources())
+	case judged:
+		r.logger.Info("derivation checked", "derivation", rep.Derivation, "mode", rep.Mode, "state", rep.State,
+			"events", rep.Events, "keys", rep.Keys, "confirmed", rep.Confirmed, "pending", rep.Pending, "seconds", rep.Seconds)
+	}
 }
 
 // runFailure ends a run in state error: its error kind and error.
@@ -592,10 +644,12 @@ func (r *Runner) classify(rep *Report, sp *spec.Spec, res *fold.Result, drifts [
 	}
 }
 
-// attachLineage collects, for the reported drifted keys, the last entries
-// that produced their expected values, and the entries that can explain
-// the difference (see suspects), each with its inclusion proof in the
-// signed checkpoint (of cps) its span was read under.
+// attachLineage collects, for the reported drifted keys (at most
+// MaxLineageKeys, none of kind extra: nothing derives them), the last
+// entries that produced their expected values and the entries that can
+// explain the difference (see suspects), each with its inclusion proof in
+// the signed checkpoint (of cps) its span was read under (keyLineage, with
+// the run's fold options: its KeyIndex).
 func (r *Runner) attachLineage(ctx context.Context, rep, prev *Report, sp *spec.Spec, d fold.Derivation, spans []fold.Span, cps []fold.Pin, opts fold.Options) error {
 	n := sp.Lineage
 	if n <= 0 || len(rep.Drift) == 0 {
@@ -614,42 +668,16 @@ func (r *Runner) attachLineage(ctx context.Context, rep, prev *Report, sp *spec.
 	if len(keys) == 0 {
 		return nil
 	}
-	opts.Progress = nil
-	lin, err := fold.Explain(ctx, d, spans, keys, n, suspects(rep, prev), opts)
-	if err != nil {
-		return err
-	}
-	signed := map[string]fold.Pin{}
+	signed := make(map[string]fold.Pin, len(cps))
 	for _, cp := range cps {
 		signed[cp.Log] = cp
 	}
+	lin, err := keyLineage(ctx, r.ledger, d, spans, signed, keys, n, suspects(rep, prev), opts)
+	if err != nil {
+		return err
+	}
 	for i := range rep.Drift {
-		dr := &rep.Drift[i]
-		tr := lin[dr.Key]
-		why := map[fold.EventRef]string{}
-		var extra []fold.EventRef // suspects older than the last n
-		for _, s := range tr.Suspects {
-			if _, dup := why[s.EventRef]; dup {
-				why[s.EventRef] += "; " + s.Why
-				continue
-			}
-			why[s.EventRef] = s.Why
-			if !slices.Contains(tr.Last, s.EventRef) {
-				extra = append(extra, s.EventRef)
-			}
-		}
-		for _, ref := range slices.Concat(extra, tr.Last) {
-			// Prove against the signed checkpoint the span was read under,
-			// also when the store's watermark pinned the span below it: a
-			// root computed at the watermark is signed by no one, and a
-			// checkpoint fetched now may not be the one the pin names.
-			proveAt := signed[ref.Log]
-			proof, err := r.ledger.Prove(ctx, ref.Log, ref.Index, proveAt)
-			if err != nil {
-				return err
-			}
-			dr.Lineage = append(dr.Lineage, Evidence{EventRef: ref, TreeSize: proveAt.Size, Proof: proof, Why: why[ref]})
-		}
+		rep.Drift[i].Lineage = lin[rep.Drift[i].Key]
 	}
 	return nil
 }

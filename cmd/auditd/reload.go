@@ -20,6 +20,7 @@ import (
 	"github.com/auditd/auditd/checkers"
 	"github.com/auditd/auditd/internal/plural"
 	"github.com/auditd/auditd/ledger"
+	"github.com/auditd/auditd/rederive"
 	"github.com/auditd/auditd/witness/submit"
 )
 
@@ -147,136 +148,201 @@ func (d *instance) reloadConfig(why string) (string, error) {
 	return summary, nil
 }
 
+// apply applies the configuration the reloader reads, or refuses it whole:
+// it plans the reload (the keys that changed, each one that can change
+// live), builds the new parts, then with serve's parts locked restarts
+// what can still fail (TLS, checks, derivations) and replaces the rest.
 func (r *reloader) apply(d *instance) (string, error) {
-	p := d.live
-	next, digest := r.applied, p.specDigest
-	jobs := p.derivs.current()
-	if load := r.applied.reloadFrom; load != nil {
-		var err error
-		if next, err = load(); err != nil {
-			return "", err
-		}
-		digest = specDigest(next.Derivations)
-		// derive.go: specs that do not compile refuse the reload, naming
-		// the file, line and column.
-		if jobs, err = loadDerivations(next.Derivations, d.log); err != nil {
-			return "", err
-		}
+	pl, err := r.plan(d)
+	if err != nil {
+		return "", err
 	}
-	changed := configChanges(r.applied, next)
-	if digest != p.specDigest && !slices.Contains(changed, "derivations") {
-		changed = append(changed, "derivations") // a spec file edited in place
-	}
-	var refused, live []string
-	for _, k := range changed {
-		if liveKeys[k] {
-			live = append(live, k)
-		} else {
-			refused = append(refused, k)
-		}
-	}
-	if len(refused) > 0 {
-		return "", fmt.Errorf("%s changed, which cannot change while serve runs: restart serve to apply %s; nothing was applied (the running configuration is kept)",
-			strings.Join(refused, ", "), map[bool]string{true: "it", false: "them"}[len(refused) == 1])
-	}
-	has := func(keys ...string) bool {
-		for _, k := range keys {
-			if slices.Contains(live, k) {
-				return true
-			}
-		}
-		return false
-	}
-	kept := func(err error) error {
-		return fmt.Errorf("%w; nothing was applied (the running configuration is kept)", err)
-	}
-
 	// First everything that can fail, nothing running replaced yet.
-	derivs := has("derivations", "derivation_workers")
-	var sinks []alert.Sink
-	if has("webhooks", "external_url") {
-		var err error
-		if sinks, err = webhookSinks(next); err != nil {
-			return "", kept(err)
-		}
+	parts, err := pl.build(d)
+	if err != nil {
+		return "", keptConfig(err)
 	}
-	var sub *submit.Submitter
-	var subCols []prometheus.Collector
-	if has("witness.witnesses") {
-		var err error
-		if sub, subCols, err = newSubmitter(d.store, next, d.key, d.log); err != nil {
-			return "", kept(err)
-		}
-	}
-	var ret *ledger.Retention
-	var retCols []prometheus.Collector
-	if has("retention") {
-		var err error
-		if ret, retCols, err = d.buildRetention(next); err != nil {
-			return "", kept(err)
-		}
-	}
+	p := d.live
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || d.stopping.Load() {
 		return "", errors.New("serve is shutting down: nothing was applied")
 	}
+	done, err := pl.restart(d, parts)
+	if err != nil {
+		return "", err
+	}
+	// Nothing fails from here on.
+	done = append(done, pl.replace(d, r.api, parts)...)
+	pl.next.reloadFrom = r.applied.reloadFrom
+	r.applied = pl.next
+	if len(done) == 0 {
+		return "no change", nil
+	}
+	return strings.Join(done, "; "), nil
+}
+
+// keptConfig is the error of a reload refused once planned: nothing of it
+// was applied.
+func keptConfig(err error) error {
+	return fmt.Errorf("%w; nothing was applied (the running configuration is kept)", err)
+}
+
+// reloadPlan is what a reload applies: the new configuration, its
+// derivations compiled and its spec files' digest, and the keys that
+// changed, every one of which can change while serve runs.
+type reloadPlan struct {
+	next   Config
+	digest string
+	jobs   []rederive.Job
+	live   []string
+}
+
+// has reports whether one of keys changed.
+func (pl *reloadPlan) has(keys ...string) bool {
+	for _, k := range keys {
+		if slices.Contains(pl.live, k) {
+			return true
+		}
+	}
+	return false
+}
+
+// plan reads the configuration again (when the reloader reads one) and
+// compiles its derivations, and lists the keys that changed: a key that
+// cannot change while serve runs refuses the reload.
+func (r *reloader) plan(d *instance) (*reloadPlan, error) {
+	p := d.live
+	pl := &reloadPlan{next: r.applied, digest: p.specDigest, jobs: p.derivs.current()}
+	if load := r.applied.reloadFrom; load != nil {
+		var err error
+		if pl.next, err = load(); err != nil {
+			return nil, err
+		}
+		pl.digest = specDigest(pl.next.Derivations)
+		// derive.go: specs that do not compile refuse the reload, naming
+		// the file, line and column.
+		if pl.jobs, err = loadDerivations(pl.next.Derivations, d.log); err != nil {
+			return nil, err
+		}
+	}
+	changed := configChanges(r.applied, pl.next)
+	if pl.digest != p.specDigest && !slices.Contains(changed, "derivations") {
+		changed = append(changed, "derivations") // a spec file edited in place
+	}
+	var refused []string
+	for _, k := range changed {
+		if liveKeys[k] {
+			pl.live = append(pl.live, k)
+		} else {
+			refused = append(refused, k)
+		}
+	}
+	if len(refused) > 0 {
+		return nil, fmt.Errorf("%s changed, which cannot change while serve runs: restart serve to apply %s; nothing was applied (the running configuration is kept)",
+			strings.Join(refused, ", "), map[bool]string{true: "it", false: "them"}[len(refused) == 1])
+	}
+	return pl, nil
+}
+
+// reloadParts are the parts a reload builds before it replaces any (each
+// nil when its keys did not change).
+type reloadParts struct {
+	sinks   []alert.Sink
+	sub     *submit.Submitter
+	subCols []prometheus.Collector
+	ret     *ledger.Retention
+	retCols []prometheus.Collector
+	// The checks, built by restart.
+	checks     *checkers.Runner
+	stopChecks func()
+	checkCols  []prometheus.Collector
+}
+
+// build builds the parts of the changed keys that nothing else depends
+// on: webhook sinks, the witness submitter, retention.
+func (pl *reloadPlan) build(d *instance) (*reloadParts, error) {
+	var ps reloadParts
+	var err error
+	if pl.has("webhooks", "external_url") {
+		if ps.sinks, err = webhookSinks(pl.next); err != nil {
+			return nil, err
+		}
+	}
+	if pl.has("witness.witnesses") {
+		if ps.sub, ps.subCols, err = newSubmitter(d.store, pl.next, d.key, d.log); err != nil {
+			return nil, err
+		}
+	}
+	if pl.has("retention") {
+		if ps.ret, ps.retCols, err = d.buildRetention(pl.next); err != nil {
+			return nil, err
+		}
+	}
+	return &ps, nil
+}
+
+// restart, with serve's parts locked, reads the TLS certificate again,
+// builds the checks (into ps) and starts the derivations, the steps that
+// can still refuse the reload; it returns what it did.
+func (pl *reloadPlan) restart(d *instance, ps *reloadParts) ([]string, error) {
+	p := d.live
 	var done []string
 	if d.tls != nil {
 		if err := d.tls.Reload(); err != nil { // logged and counted by Reload
-			return "", kept(fmt.Errorf("TLS certificate: %w", err))
+			return nil, keptConfig(fmt.Errorf("TLS certificate: %w", err))
 		}
 		done = append(done, "TLS certificate read again")
 	}
 	// The checks run the invariants of the derivations: new derivations
 	// start new checks. The new runner starts before the old one stops.
-	var checks *checkers.Runner
-	var stopChecks func()
-	var checkCols []prometheus.Collector
-	if has("checks") || derivs {
+	derivs := pl.has("derivations", "derivation_workers")
+	if pl.has("checks") || derivs {
 		var err error
-		if checks, stopChecks, checkCols, err = d.buildChecks(next, jobs); err != nil {
-			return "", kept(fmt.Errorf("checks: %w", err))
+		if ps.checks, ps.stopChecks, ps.checkCols, err = d.buildChecks(pl.next, pl.jobs); err != nil {
+			return nil, keptConfig(fmt.Errorf("checks: %w", err))
 		}
 	}
 	if derivs {
-		if err := d.startLiveDerivations(p, jobs, next); err != nil {
-			stopChecks()
-			return "", kept(fmt.Errorf("derivations: %w", err))
+		if err := d.startLiveDerivations(p, pl.jobs, pl.next); err != nil {
+			ps.stopChecks()
+			return nil, keptConfig(fmt.Errorf("derivations: %w", err))
 		}
-		p.specDigest = digest
-		done = append(done, fmt.Sprintf("derivations (%s running)", plural.N(len(jobs), "derivation", "derivations")))
+		p.specDigest = pl.digest
+		done = append(done, fmt.Sprintf("derivations (%s running)", plural.N(len(pl.jobs), "derivation", "derivations")))
 	}
-	// Nothing fails from here on.
-	if checks != nil {
-		d.setChecks(p, checks, stopChecks, checkCols)
+	return done, nil
+}
+
+// replace, with serve's parts locked, puts the parts built in place of
+// the running ones and sets the API's tokens; it returns what it did.
+func (pl *reloadPlan) replace(d *instance, srv *api.Server, ps *reloadParts) []string {
+	p, next := d.live, pl.next
+	var done []string
+	if ps.checks != nil {
+		d.setChecks(p, ps.checks, ps.stopChecks, ps.checkCols)
 		done = append(done, "checks restarted")
 	}
-	if has("webhooks", "external_url") {
-		if err := d.alerts.SetSinks(sinks); err != nil { // ErrClosed only: serve is stopping
+	if pl.has("webhooks", "external_url") {
+		if err := d.alerts.SetSinks(ps.sinks); err != nil { // ErrClosed only: serve is stopping
 			d.log.Error("webhooks not replaced", "err", err)
 		} else {
-			done = append(done, fmt.Sprintf("webhooks (%s)", plural.N(len(sinks), "receiver", "receivers")))
+			done = append(done, fmt.Sprintf("webhooks (%s)", plural.N(len(ps.sinks), "receiver", "receivers")))
 		}
 	}
-	if has("witness.witnesses") {
-		d.setWitnesses(p, sub, subCols)
+	if pl.has("witness.witnesses") {
+		d.setWitnesses(p, ps.sub, ps.subCols)
 		done = append(done, fmt.Sprintf("witnesses (%s)", plural.N(len(next.Witness.Witnesses), "witness", "witnesses")))
 	}
-	if has("retention") {
-		d.setRetention(p, ret, retCols, next)
+	if pl.has("retention") {
+		d.setRetention(p, ps.ret, ps.retCols, next)
 		done = append(done, fmt.Sprintf("retention (%s)", plural.N(len(next.Retention.Logs), "policy", "policies")))
 	}
-	if tokens := slices.DeleteFunc(slices.Clone(live), func(k string) bool { return !strings.Contains(k, "token") }); len(tokens) > 0 {
-		r.api.SetTokens(next.WriteToken, next.ReadToken)
+	if tokens := slices.DeleteFunc(slices.Clone(pl.live), func(k string) bool { return !strings.Contains(k, "token") }); len(tokens) > 0 {
+		srv.SetTokens(next.WriteToken, next.ReadToken)
 		done = append(done, "tokens ("+strings.Join(tokens, ", ")+")")
 	}
-	next.reloadFrom = r.applied.reloadFrom
-	r.applied = next
-	if len(done) == 0 {
-		return "no change", nil
-	}
-	return strings.Join(done, "; "), nil
+	return done
 }
 
 // sameValue compares two values of a configuration key as the file

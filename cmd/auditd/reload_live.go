@@ -100,8 +100,7 @@ func (l *liveDerivations) Trigger(name string, full bool) error {
 }
 
 // Snapshot serves GET /v1/derivations/{name}/snapshot from the daemon
-// running now (api.Snapshots: without it the API answers that this auditd
-// keeps no snapshots).
+// running now.
 func (l *liveDerivations) Snapshot(name string) (*rederive.Snapshot, error) {
 	if d := l.cur.Load(); d != nil {
 		return d.Snapshot(name)
@@ -109,10 +108,7 @@ func (l *liveDerivations) Snapshot(name string) (*rederive.Snapshot, error) {
 	return nil, rederive.ErrUnknownDerivation
 }
 
-var (
-	_ api.Derivations = (*liveDerivations)(nil)
-	_ api.Snapshots   = (*liveDerivations)(nil)
-)
+var _ api.Derivations = (*liveDerivations)(nil)
 
 // current returns the compiled derivations running now.
 func (l *liveDerivations) current() []rederive.Job {

@@ -256,15 +256,16 @@ func (d *celJSONDecoder) project(names []string, vals []fastVal) bool {
 }
 
 // projectFields scans an object's fields, d.i at its first key,
-// recording the named ones' kinds, bits and positions.
+// recording the named ones' kinds, bits and positions. It steps from one
+// member to the next with NextKey, as index does.
 func (d *celJSONDecoder) projectFields(names []string, vals []fastVal, pos *[maxPlanFields]int) bool {
-	j := d.i
+	key := d.i
+	kEnd, v, fl, st := d.sc.Key(d.b, key)
 	for {
-		kEnd, v, fl, st := d.sc.Key(d.b, j)
 		if st != jsonscan.OK {
 			return false
 		}
-		name := d.str(j, kEnd, fl)
+		name := d.str(key, kEnd, fl)
 		d.i = v
 		kind, bits, err := d.skip()
 		if err != nil {
@@ -278,11 +279,8 @@ func (d *celJSONDecoder) projectFields(names []string, vals []fastVal, pos *[max
 			}
 		}
 		var more bool
-		if j, more, st = d.sc.Next(d.b, d.i, true); st != jsonscan.OK {
-			return false
-		}
-		if !more {
-			d.i = j
+		if key, kEnd, v, fl, more, st = d.sc.NextKey(d.b, d.i); !more && st == jsonscan.OK {
+			d.i = kEnd
 			return true
 		}
 	}

@@ -187,6 +187,72 @@ func (t *Tree) Bundle(ctx context.Context, n uint64) (*Bundle, error) {
 			return b, nil
 		}
 	}
+	if !t.c.noCombined.Load() {
+		b, err := t.combinedBundle(ctx, n, width)
+		if !errors.Is(err, errNoCombined) {
+			return b, err
+		}
+	}
+	return t.splitBundle(ctx, n, width)
+}
+
+// errNoCombined reports a combined bundle the server did not serve: read
+// the entry and payload bundles apart.
+var errNoCombined = errors.New("client: no combined bundle")
+
+// combinedBundle fetches bundle n of width entries as one combined bundle
+// (bundles/<N>[.p/<W>]: u32 length of the entry bundle, the entry bundle,
+// the payload bundle) and proves it as Bundle does. A 404 is
+// errNoCombined, and one without the pruning watermark header (a server
+// from before combined bundles) makes the client stop asking for them.
+func (t *Tree) combinedBundle(ctx context.Context, n uint64, width int) (*Bundle, error) {
+	raw, h, err := t.c.getHeader(ctx, logPath(t.log)+"/bundles/"+bundlePath(n, width), nil, !t.c.bundleGzip())
+	if errors.Is(err, ErrNotFound) {
+		if h.Get(watermarkHeader) == "" {
+			t.c.noCombined.Store(true)
+		}
+		return nil, fmt.Errorf("%w: %w", errNoCombined, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var watermark uint64
+	if wm := h.Get(watermarkHeader); wm != "" {
+		if watermark, err = strconv.ParseUint(wm, 10, 64); err != nil {
+			return nil, verifyErr("bundle %d of %s: pruning watermark %q", n, t.log, wm)
+		}
+	}
+	leaves, payloads, pruned, err := splitCombined(raw, t.log, n, width)
+	if err != nil {
+		return nil, err
+	}
+	b, err := t.prove(ctx, n, leaves, payloads, pruned, watermark)
+	if err != nil {
+		return nil, err
+	}
+	if t.cache != nil && width == tileWidth && !anyTrue(pruned) {
+		t.cache.writeFile(t, n, raw)
+	}
+	return b, nil
+}
+
+// splitCombined splits a combined bundle (or a cache file, whose layout is
+// the same) into leaves and payloads, unverified.
+func splitCombined(b []byte, log string, n uint64, width int) (leaves, payloads [][]byte, pruned []bool, err error) {
+	if len(b) < 4 || uint64(len(b)-4) < uint64(binary.BigEndian.Uint32(b)) {
+		return nil, nil, nil, verifyErr("bundle %d of %s: truncated", n, log)
+	}
+	l := binary.BigEndian.Uint32(b)
+	if leaves, err = splitEntryBundle(b[4:4+l], log, n, width); err != nil {
+		return nil, nil, nil, err
+	}
+	payloads, pruned, err = splitPayloadBundle(b[4+l:], log, n, width)
+	return leaves, payloads, pruned, err
+}
+
+// splitBundle is Bundle from the entry bundle and the payload bundle,
+// fetched apart (together).
+func (t *Tree) splitBundle(ctx context.Context, n uint64, width int) (*Bundle, error) {
 	var (
 		wg               sync.WaitGroup
 		rawLeaf, rawPay  []byte

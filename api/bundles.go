@@ -28,6 +28,14 @@ import (
 // then the payload bundle to the end (the layout of a client's bundle
 // cache file). The payload bundle's pruning watermark header, Cache-Control
 // (no-cache: pruning changes it) and ETag go with it.
+//
+// With ?count=K (2 to maxBundleCount), N a full bundle and so the K-1
+// after it: the K combined bundles N to N+K-1 in one response, each
+// preceded by its u32 length, read in one pass (a reader of 1,024 entries
+// makes one request and one ledger scan, not four).
+
+// maxBundleCount bounds the bundles of one combined response.
+const maxBundleCount = 16
 
 // leafTooLongError is an entry whose leaf an entry bundle cannot carry.
 type leafTooLongError struct {
@@ -147,6 +155,25 @@ func (s *Server) getBundle(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	*pay = (*pay)[:0]
+	count := 1
+	if c := r.URL.Query().Get("count"); c != "" {
+		count, err = strconv.Atoi(c)
+		if err != nil || count < 1 || count > maxBundleCount || strconv.Itoa(count) != c || (count > 1 && width != tileWidth) {
+			writeError(w, http.StatusNotFound, "bad_tile_path",
+				fmt.Sprintf("count %s is not 1 to %d, of full bundles", echo(c), maxBundleCount), nil)
+			return
+		}
+		if count > 1 && n+uint64(count) > size/tileWidth {
+			w.Header().Set("Cache-Control", cacheMissing)
+			writeError(w, http.StatusNotFound, "tile_not_found",
+				fmt.Sprintf("bundles %d to %d are not all full in the tree of size %d", n, n+uint64(count)-1, size), nil)
+			return
+		}
+	}
+	if count > 1 {
+		s.getBundles(w, r, l, n, count)
+		return
+	}
 	var tag [sha256.Size]byte
 	b, err := bundlePartsTag(r.Context(), l, n, width, make([]byte, 4, 4+width*(2+128)), pay, maxPayloadBundle-4, &tag)
 	var tooLong *leafTooLongError
@@ -168,4 +195,88 @@ func (s *Server) getBundle(w http.ResponseWriter, r *http.Request) {
 	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
 	b = append(b, *pay...)
 	serveBytesTag(w, r, b, true, cachePayloads, tag[:16])
+}
+
+// getBundles serves count full combined bundles from n, each preceded by
+// its u32 length, from one ledger pass.
+func (s *Server) getBundles(w http.ResponseWriter, r *http.Request, l *ledger.Log, n uint64, count int) {
+	pay := payloadScratch.Get().(*[]byte)
+	defer func() {
+		if cap(*pay) <= 1<<20 {
+			payloadScratch.Put(pay)
+		}
+	}()
+	*pay = (*pay)[:0]
+	var (
+		out   []byte
+		start int // of the current bundle in out
+		// digest is the current bundle's ETag digest (bundlePartsTag's):
+		// 'c', its leaf hashes, the bitmap of withheld payloads.
+		digest [1 + tileWidth*merkle.HashSize + tileWidth/8]byte
+		tags   = make([]byte, 0, count*sha256.Size)
+	)
+	hashes, withheld := digest[1:1+tileWidth*merkle.HashSize], digest[1+tileWidth*merkle.HashSize:]
+	digest[0] = 'c'
+	// finish closes the bundle begun at start: its lengths, its payloads
+	// behind its leaves, its digest.
+	finish := func() {
+		entries := len(out) - start - 8
+		binary.BigEndian.PutUint32(out[start:], uint32(4+entries+len(*pay)))
+		binary.BigEndian.PutUint32(out[start+4:], uint32(entries))
+		out = append(out, *pay...)
+		*pay = (*pay)[:0]
+		sum := sha256.Sum256(digest[:])
+		tags = append(tags, sum[:]...)
+		clear(withheld)
+	}
+	from := n * tileWidth
+	err := l.Leaves(r.Context(), from, from+uint64(count)*tileWidth, func(index uint64, leaf []byte, hash merkle.Hash, payload []byte, pruned bool) error {
+		i := index % tileWidth
+		if i == 0 {
+			if index > from {
+				finish()
+			}
+			if out == nil {
+				out = make([]byte, 0, count*tileWidth*(2+4+len(leaf)+len(payload)+len(payload)/4))
+			}
+			start = len(out)
+			out = append(out, 0, 0, 0, 0, 0, 0, 0, 0)
+		}
+		if len(leaf) > merkle.MaxLeafSize {
+			return &leafTooLongError{index, len(leaf)}
+		}
+		copy(hashes[i*merkle.HashSize:], hash[:])
+		out = binary.BigEndian.AppendUint16(out, uint16(len(leaf)))
+		out = append(out, leaf...)
+		if pruned {
+			withheld[i/8] |= 1 << (i % 8)
+			*pay = binary.BigEndian.AppendUint32(*pay, payloadNone)
+			return nil
+		}
+		if len(out)+len(*pay)+4+len(payload) > maxPayloadBundle {
+			return errPayloadsTooLarge
+		}
+		*pay = binary.BigEndian.AppendUint32(*pay, uint32(len(payload)))
+		*pay = append(*pay, payload...)
+		return nil
+	})
+	var tooLong *leafTooLongError
+	switch {
+	case errors.As(err, &tooLong):
+		w.Header().Set("Cache-Control", cacheMissing)
+		writeLeafTooLong(w, tooLong)
+		return
+	case errors.Is(err, errPayloadsTooLarge):
+		w.Header().Set("Cache-Control", cacheMissing)
+		writeError(w, http.StatusNotFound, "payloads_too_large",
+			fmt.Sprintf("bundles %d to %d are over %d bytes; read them one by one", n, n+uint64(count)-1, maxPayloadBundle), nil)
+		return
+	case err != nil:
+		w.Header().Set("Cache-Control", cacheMissing)
+		s.writeErr(w, r, err)
+		return
+	}
+	finish()
+	sum := sha256.Sum256(tags)
+	serveBytesTag(w, r, out, true, cachePayloads, sum[:16])
 }

@@ -87,6 +87,28 @@ func TestCombinedBundles(t *testing.T) {
 		}
 	}
 
+	// ?count=K: the K full bundles from N, each preceded by its length.
+	var two []byte
+	for _, path := range []string{"000", "001"} {
+		one := env.get("/v1/logs/cb/bundles/"+path, http.StatusOK).body
+		two = append(binary.BigEndian.AppendUint32(two, uint32(len(one))), one...)
+	}
+	if r := env.get("/v1/logs/cb/bundles/000?count=2", http.StatusOK); !bytes.Equal(r.body, two) || r.header.Get("Auditd-Prune-Watermark") != fmt.Sprint(cut) {
+		t.Errorf("bundles/000?count=2: %d bytes, watermark %q; want bundles 000 and 001, each after its length (%d bytes)",
+			len(r.body), r.header.Get("Auditd-Prune-Watermark"), len(two))
+	}
+	if r := env.get("/v1/logs/cb/bundles/001?count=1", http.StatusOK); !bytes.Equal(r.body, two[4+binary.BigEndian.Uint32(two)+4:]) {
+		t.Errorf("bundles/001?count=1 is not bundles/001")
+	}
+	for _, c := range []struct{ path, code string }{
+		{"000?count=3", "tile_not_found"}, {"001?count=2", "tile_not_found"}, {"002.p/88?count=2", "bad_tile_path"},
+		{"000?count=0", "bad_tile_path"}, {"000?count=17", "bad_tile_path"}, {"000?count=02", "bad_tile_path"}, {"000?count=x", "bad_tile_path"},
+	} {
+		if r := env.get("/v1/logs/cb/bundles/"+c.path, http.StatusNotFound); !bytes.Contains(r.body, []byte(`"code":"`+c.code+`"`)) {
+			t.Errorf("bundles/%s: %s, want code %s", c.path, r.body, c.code)
+		}
+	}
+
 	// The ETag digests the leaf hashes and the withheld payloads: pruning
 	// more changes it, and the old one no longer revalidates.
 	before := env.get("/v1/logs/cb/bundles/001", http.StatusOK)
@@ -117,10 +139,17 @@ func TestCombinedBundles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	full, err := tree.Bundles(ctx, 0, 2)
+	if err != nil {
+		t.Fatalf("bundles 0 and 1: %v", err)
+	}
 	for b := uint64(0); b*256 < n; b++ {
 		bu, err := tree.Bundle(ctx, b)
 		if err != nil {
 			t.Fatalf("bundle %d: %v", b, err)
+		}
+		if b < 2 && (fmt.Sprint(full[b].Pruned) != fmt.Sprint(bu.Pruned) || fmt.Sprint(full[b].Hashes) != fmt.Sprint(bu.Hashes) || fmt.Sprint(full[b].Payloads) != fmt.Sprint(bu.Payloads)) {
+			t.Errorf("bundle %d read with the other: not the same", b)
 		}
 		for i := range bu.Leaves {
 			idx := int(b)*256 + i

@@ -439,10 +439,24 @@ func (l *remoteLog) bundledPage(ctx context.Context, tree *client.Tree, from, to
 	}
 	first, last := from/merkle.TileWidth, (to-1)/merkle.TileWidth
 	bundles := make([]*client.Bundle, last-first+1)
-	errs := make([]error, len(bundles))
+	// The full bundles in one request, the partial last one of the tree
+	// beside it.
+	full := len(bundles)
+	if (last+1)*merkle.TileWidth > l.pin.Size {
+		full--
+	}
+	errs := make([]error, 2)
 	var wg sync.WaitGroup
-	for i := range bundles {
-		wg.Go(func() { bundles[i], errs[i] = tree.Bundle(ctx, first+uint64(i)) })
+	if full > 0 {
+		wg.Go(func() {
+			var bs []*client.Bundle
+			if bs, errs[0] = tree.Bundles(ctx, first, full); errs[0] == nil {
+				copy(bundles, bs)
+			}
+		})
+	}
+	if full < len(bundles) {
+		wg.Go(func() { bundles[full], errs[1] = tree.Bundle(ctx, last) })
 	}
 	wg.Wait()
 	for _, err := range errs {

@@ -7,8 +7,10 @@ package bundletest
 
 import (
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 )
 
@@ -35,40 +37,89 @@ func Join(entries, payloads []byte) []byte {
 
 // ServeCombined answers r if it asks for a combined bundle, and reports
 // whether it did: it fetches the two parts from self (the test proxy's own
-// URL, so they go through its rewriting) and joins them. A part that is
-// not 200 is answered as it came, with its watermark header.
+// URL, so they go through its rewriting) and joins them; for ?count=K, the
+// K bundles from N, each preceded by its u32 length. A part that is not 200
+// is answered as it came, with its watermark header.
 func ServeCombined(w http.ResponseWriter, r *http.Request, self string) bool {
-	ep, pp, ok := Parts(r.URL.Path)
+	ep, _, ok := Parts(r.URL.Path)
 	if !ok {
 		return false
 	}
-	var parts [2][]byte
-	for i, p := range []string{ep, pp} {
-		resp, err := http.Get(self + p)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
+	count := 1
+	if c := r.URL.Query().Get("count"); c != "" {
+		var err error
+		if count, err = strconv.Atoi(c); err != nil || count < 1 {
+			http.Error(w, "bad count", http.StatusNotFound)
 			return true
 		}
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return true
+	}
+	base, rest := ep[:strings.LastIndex(ep, "/tile/entries/")], ep[strings.LastIndex(ep, "/tile/entries/")+len("/tile/entries/"):]
+	n, ok := parseIndex(rest)
+	if !ok && count > 1 {
+		http.Error(w, "bad path", http.StatusNotFound)
+		return true
+	}
+	var out []byte
+	for i := range count {
+		idx := rest
+		if count > 1 {
+			idx = formatIndex(n + uint64(i))
 		}
-		if wm := resp.Header.Get(watermarkHeader); wm != "" {
-			w.Header().Set(watermarkHeader, wm)
+		var parts [2][]byte
+		for j, p := range []string{base + "/tile/entries/" + idx, base + "/payloads/" + idx} {
+			resp, err := http.Get(self + p)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadGateway)
+				return true
+			}
+			b, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadGateway)
+				return true
+			}
+			if wm := resp.Header.Get(watermarkHeader); wm != "" {
+				w.Header().Set(watermarkHeader, wm)
+			}
+			if resp.StatusCode != http.StatusOK {
+				w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
+				w.WriteHeader(resp.StatusCode)
+				w.Write(b)
+				return true
+			}
+			parts[j] = b
 		}
-		if resp.StatusCode != http.StatusOK {
-			w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
-			w.WriteHeader(resp.StatusCode)
-			w.Write(b)
-			return true
+		one := Join(parts[0], parts[1])
+		if count > 1 {
+			out = binary.BigEndian.AppendUint32(out, uint32(len(one)))
 		}
-		parts[i] = b
+		out = append(out, one...)
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Write(Join(parts[0], parts[1]))
+	w.Write(out)
 	return true
+}
+
+// parseIndex parses a full bundle's index path, "x001/234".
+func parseIndex(p string) (uint64, bool) {
+	var n uint64
+	for _, el := range strings.Split(p, "/") {
+		d, err := strconv.Atoi(strings.TrimPrefix(el, "x"))
+		if err != nil || len(el) < 3 {
+			return 0, false
+		}
+		n = n*1000 + uint64(d)
+	}
+	return n, true
+}
+
+// formatIndex is the index path of bundle n.
+func formatIndex(n uint64) string {
+	s := fmt.Sprintf("%03d", n%1000)
+	for n /= 1000; n > 0; n /= 1000 {
+		s = fmt.Sprintf("x%03d/", n%1000) + s
+	}
+	return s
 }
 
 // Proxy serves upstream, its status, body, content type and watermark

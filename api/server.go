@@ -141,6 +141,8 @@ func (s *Server) routes() *chi.Mux {
 				r.Head("/tile/*", s.getTile)
 				r.Get("/payloads/*", s.getPayloadBundle) // payloads.go
 				r.Head("/payloads/*", s.getPayloadBundle)
+				r.Get("/bundles/*", s.getBundle) // bundles.go
+				r.Head("/bundles/*", s.getBundle)
 			})
 		})
 	})

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/http"
@@ -79,26 +78,10 @@ func (s *Server) getEntryBundle(w http.ResponseWriter, r *http.Request, l *ledge
 			fmt.Sprintf("entry bundle %d of width %d is beyond the tree of size %d", n, width, size), nil)
 		return
 	}
-	from := n * tileWidth
-	var b []byte
-	var tooLong *ledger.Record
-	err = l.Entries(r.Context(), from, from+uint64(width), func(rec *ledger.Record) error {
-		if len(rec.LeafBytes) > merkle.MaxLeafSize {
-			tooLong = rec
-			return errLeafTooLong
-		}
-		if b == nil {
-			b = make([]byte, 0, width*(2+len(rec.LeafBytes)))
-		}
-		b = binary.BigEndian.AppendUint16(b, uint16(len(rec.LeafBytes)))
-		b = append(b, rec.LeafBytes...)
-		return nil
-	})
-	if errors.Is(err, errLeafTooLong) {
-		writeError(w, http.StatusInternalServerError, "leaf_too_long",
-			fmt.Sprintf("entry %d has a leaf of %d bytes, over the %d bytes an entry bundle can carry; read it at /entries/%d",
-				tooLong.Index, len(tooLong.LeafBytes), merkle.MaxLeafSize, tooLong.Index),
-			map[string]any{"index": tooLong.Index})
+	b, err := bundleParts(r.Context(), l, n, width, nil, nil, 0)
+	var tooLong *leafTooLongError
+	if errors.As(err, &tooLong) {
+		writeLeafTooLong(w, tooLong)
 		return
 	}
 	if err != nil {

@@ -31,6 +31,14 @@ func serveTile(w http.ResponseWriter, r *http.Request, b []byte, bundle bool) {
 // serveBytes is serveTile with the Cache-Control cc; compress says whether
 // the bytes may go gzip-compressed.
 func serveBytes(w http.ResponseWriter, r *http.Request, b []byte, compress bool, cc string) {
+	sum := sha256.Sum256(b)
+	serveBytesTag(w, r, b, compress, cc, sum[:16])
+}
+
+// serveBytesTag is serveBytes with the ETag's 128 bits given: a digest
+// that changes whenever b's bytes do, as their SHA-256 does (bundles.go
+// digests the leaf hashes, which commit to the bytes, not the bytes).
+func serveBytesTag(w http.ResponseWriter, r *http.Request, b []byte, compress bool, cc string, sum []byte) {
 	h := w.Header()
 	h.Set("Content-Type", "application/octet-stream")
 	h.Set("Cache-Control", cc)
@@ -39,13 +47,12 @@ func serveBytes(w http.ResponseWriter, r *http.Request, b []byte, compress bool,
 		h.Set("Vary", "Accept-Encoding")
 		gz = acceptsGzip(r.Header.Get("Accept-Encoding"))
 	}
-	sum := sha256.Sum256(b)
 	tag := make([]byte, 0, 2+2+32+5+1)
 	if gz {
 		tag = append(tag, 'W', '/')
 	}
 	tag = append(tag, '"')
-	tag = hex.AppendEncode(tag, sum[:16])
+	tag = hex.AppendEncode(tag, sum)
 	if gz {
 		tag = append(tag, "-gzip"...)
 	}

@@ -187,6 +187,153 @@ func (t *Tree) Bundle(ctx context.Context, n uint64) (*Bundle, error) {
 			return b, nil
 		}
 	}
+	if !t.c.noCombined.Load() {
+		b, err := t.combinedBundle(ctx, n, width)
+		if !errors.Is(err, errNoCombined) {
+			return b, err
+		}
+	}
+	return t.splitBundle(ctx, n, width)
+}
+
+// Bundles returns the full bundles first to first+count-1 of the tree's
+// log, proven as Bundle proves each: from one request for all of them
+// (bundles/<N>?count=K) where the server serves combined bundles and no
+// cache is in use, else one Bundle each, fetched together.
+func (t *Tree) Bundles(ctx context.Context, first uint64, count int) ([]*Bundle, error) {
+	if count < 1 || (first+uint64(count))*tileWidth > t.size {
+		return nil, fmt.Errorf("client: %d full bundles from %d of %s beyond the tree of size %d", count, first, t.log, t.size)
+	}
+	if count > 1 && t.cache == nil && !t.c.noCombined.Load() {
+		bs, err := t.combinedBundles(ctx, first, count)
+		if !errors.Is(err, errNoCombined) {
+			return bs, err
+		}
+	}
+	bs := make([]*Bundle, count)
+	errs := make([]error, count)
+	var wg sync.WaitGroup
+	for i := range bs {
+		wg.Go(func() { bs[i], errs[i] = t.Bundle(ctx, first+uint64(i)) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, e := range errs {
+			if e != nil {
+				return nil, e // the first, for errors.Is
+			}
+		}
+	}
+	return bs, nil
+}
+
+// maxBundleCount is the most bundles the server sends in one response.
+const maxBundleCount = 16
+
+// combinedBundles fetches count full combined bundles from first in one
+// response (each preceded by its u32 length) and proves each. A 404 is
+// errNoCombined, as for combinedBundle.
+func (t *Tree) combinedBundles(ctx context.Context, first uint64, count int) ([]*Bundle, error) {
+	if count > maxBundleCount {
+		return nil, fmt.Errorf("%w: %d bundles in one response", errNoCombined, count)
+	}
+	q := url.Values{"count": {strconv.Itoa(count)}}
+	raw, h, err := t.c.getHeader(ctx, logPath(t.log)+"/bundles/"+bundlePath(first, tileWidth), q, !t.c.bundleGzip())
+	if errors.Is(err, ErrNotFound) {
+		if h.Get(watermarkHeader) == "" {
+			t.c.noCombined.Store(true)
+		}
+		return nil, fmt.Errorf("%w: %w", errNoCombined, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var watermark uint64
+	if wm := h.Get(watermarkHeader); wm != "" {
+		if watermark, err = strconv.ParseUint(wm, 10, 64); err != nil {
+			return nil, verifyErr("bundles %d to %d of %s: pruning watermark %q", first, first+uint64(count)-1, t.log, wm)
+		}
+	}
+	bs := make([]*Bundle, count)
+	for i := range bs {
+		n := first + uint64(i)
+		if len(raw) < 4 || uint64(len(raw)-4) < uint64(binary.BigEndian.Uint32(raw)) {
+			return nil, verifyErr("bundles %d to %d of %s: truncated in bundle %d", first, first+uint64(count)-1, t.log, n)
+		}
+		l := binary.BigEndian.Uint32(raw)
+		one := raw[4 : 4+l : 4+l]
+		raw = raw[4+l:]
+		leaves, payloads, pruned, err := splitCombined(one, t.log, n, tileWidth)
+		if err != nil {
+			return nil, err
+		}
+		if bs[i], err = t.prove(ctx, n, leaves, payloads, pruned, watermark); err != nil {
+			return nil, err
+		}
+	}
+	if len(raw) != 0 {
+		return nil, verifyErr("bundles %d to %d of %s: %d bytes after the last", first, first+uint64(count)-1, t.log, len(raw))
+	}
+	return bs, nil
+}
+
+// errNoCombined reports a combined bundle the server did not serve: read
+// the entry and payload bundles apart.
+var errNoCombined = errors.New("client: no combined bundle")
+
+// combinedBundle fetches bundle n of width entries as one combined bundle
+// (bundles/<N>[.p/<W>]: u32 length of the entry bundle, the entry bundle,
+// the payload bundle) and proves it as Bundle does. A 404 is
+// errNoCombined, and one without the pruning watermark header (a server
+// from before combined bundles) makes the client stop asking for them.
+func (t *Tree) combinedBundle(ctx context.Context, n uint64, width int) (*Bundle, error) {
+	raw, h, err := t.c.getHeader(ctx, logPath(t.log)+"/bundles/"+bundlePath(n, width), nil, !t.c.bundleGzip())
+	if errors.Is(err, ErrNotFound) {
+		if h.Get(watermarkHeader) == "" {
+			t.c.noCombined.Store(true)
+		}
+		return nil, fmt.Errorf("%w: %w", errNoCombined, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var watermark uint64
+	if wm := h.Get(watermarkHeader); wm != "" {
+		if watermark, err = strconv.ParseUint(wm, 10, 64); err != nil {
+			return nil, verifyErr("bundle %d of %s: pruning watermark %q", n, t.log, wm)
+		}
+	}
+	leaves, payloads, pruned, err := splitCombined(raw, t.log, n, width)
+	if err != nil {
+		return nil, err
+	}
+	b, err := t.prove(ctx, n, leaves, payloads, pruned, watermark)
+	if err != nil {
+		return nil, err
+	}
+	if t.cache != nil && width == tileWidth && !anyTrue(pruned) {
+		t.cache.writeFile(t, n, raw)
+	}
+	return b, nil
+}
+
+// splitCombined splits a combined bundle (or a cache file, whose layout is
+// the same) into leaves and payloads, unverified.
+func splitCombined(b []byte, log string, n uint64, width int) (leaves, payloads [][]byte, pruned []bool, err error) {
+	if len(b) < 4 || uint64(len(b)-4) < uint64(binary.BigEndian.Uint32(b)) {
+		return nil, nil, nil, verifyErr("bundle %d of %s: truncated", n, log)
+	}
+	l := binary.BigEndian.Uint32(b)
+	if leaves, err = splitEntryBundle(b[4:4+l], log, n, width); err != nil {
+		return nil, nil, nil, err
+	}
+	payloads, pruned, err = splitPayloadBundle(b[4+l:], log, n, width)
+	return leaves, payloads, pruned, err
+}
+
+// splitBundle is Bundle from the entry bundle and the payload bundle,
+// fetched apart (together).
+func (t *Tree) splitBundle(ctx context.Context, n uint64, width int) (*Bundle, error) {
 	var (
 		wg               sync.WaitGroup
 		rawLeaf, rawPay  []byte

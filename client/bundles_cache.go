@@ -152,15 +152,7 @@ func (bc *BundleCache) read(ctx context.Context, t *Tree, n uint64) *Bundle {
 		return nil
 	}
 	bundle, err := func() (*Bundle, error) {
-		if len(b) < 4 || uint64(len(b)-4) < uint64(binary.BigEndian.Uint32(b)) {
-			return nil, errors.New("truncated")
-		}
-		l := binary.BigEndian.Uint32(b)
-		leaves, err := splitEntryBundle(b[4:4+l], t.log, n, tileWidth)
-		if err != nil {
-			return nil, err
-		}
-		payloads, pruned, err := splitPayloadBundle(b[4+l:], t.log, n, tileWidth)
+		leaves, payloads, pruned, err := splitCombined(b, t.log, n, tileWidth)
 		if err != nil {
 			return nil, err
 		}
@@ -182,6 +174,12 @@ func (bc *BundleCache) write(t *Tree, n uint64, entries, payloads []byte) {
 	b = binary.BigEndian.AppendUint32(b, uint32(len(entries)))
 	b = append(b, entries...)
 	b = append(b, payloads...)
+	bc.writeFile(t, n, b)
+}
+
+// writeFile keeps full bundle n, proven, as the file b (the layout of a
+// combined bundle) in the cache.
+func (bc *BundleCache) writeFile(t *Tree, n uint64, b []byte) {
 	_ = writeFileAtomic(t.bundleFile(n), b)
 }
 

@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/mod/sumdb/note"
@@ -44,6 +45,9 @@ type Client struct {
 	policy   *witness.Policy // witness.go
 	tls      *tls.Config
 	gzip     int // bundles.go: bundle compression, 0 auto, 1 on, -1 off
+	// noCombined is set once the server answered that it serves no
+	// combined bundles (bundles.go).
+	noCombined atomic.Bool
 }
 
 // Option configures a Client.
@@ -116,7 +120,7 @@ func (c *Client) getHeader(ctx context.Context, path string, q url.Values, ident
 		return nil, nil, redact.Error(err, c.base)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	b, err := readBody(resp, 64<<20)
 	if err != nil {
 		return nil, nil, fmt.Errorf("GET %s: %w", redact.URL(u), err)
 	}
@@ -134,6 +138,21 @@ func (c *Client) getHeader(ctx context.Context, path string, q url.Values, ident
 		return nil, resp.Header, fmt.Errorf("GET %s: %w", redact.URL(u), status)
 	}
 	return b, resp.Header, nil
+}
+
+// readBody reads resp's body, up to limit bytes: into one buffer of its
+// Content-Length when the server sent one (bundles, tiles), not one grown
+// by doubling.
+func readBody(resp *http.Response, limit int64) ([]byte, error) {
+	n := resp.ContentLength
+	if n < 0 || n > limit || resp.Uncompressed {
+		return io.ReadAll(io.LimitReader(resp.Body, limit))
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(resp.Body, b); err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 func logPath(log string) string { return "/v1/logs/" + url.PathEscape(log) }

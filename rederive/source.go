@@ -310,14 +310,16 @@ func (l *remoteLog) Entries(ctx context.Context, from, to uint64, fn func(*ledge
 	if size == 0 {
 		size = 1024
 	}
-	fetch := l.page
+	fetch := func(ctx context.Context, from, to uint64) (pageData, error) {
+		recs, _, err := l.page(ctx, from, to)
+		return pageData{recs: recs}, err
+	}
 	if !l.r.PageProofs && to > from {
 		tree, err := l.r.tree(ctx, l.name, l.pin)
 		switch {
 		case err == nil:
-			fetch = func(ctx context.Context, from, to uint64) ([]ledger.Record, merkle.Hash, error) {
-				recs, err := l.bundledPage(ctx, tree, from, to)
-				return recs, merkle.Hash{}, err
+			fetch = func(ctx context.Context, from, to uint64) (pageData, error) {
+				return l.bundledPage(ctx, tree, from, to)
 			}
 		case errors.Is(err, client.ErrNotFound):
 			// A server that serves no tiles: every page is proven alone.
@@ -328,7 +330,7 @@ func (l *remoteLog) Entries(ctx context.Context, from, to uint64, fn func(*ledge
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type result struct {
-		recs []ledger.Record
+		page pageData
 		err  error
 	}
 	// Up to 4 pages in flight, delivered in order.
@@ -343,8 +345,8 @@ func (l *remoteLog) Entries(ctx context.Context, from, to uint64, fn func(*ledge
 				return
 			}
 			go func(start, end uint64) {
-				recs, _, err := fetch(ctx, start, end)
-				ch <- result{recs, err}
+				page, err := fetch(ctx, start, end)
+				ch <- result{page, err}
 			}(start, min(start+size, to))
 		}
 	}()
@@ -354,11 +356,10 @@ func (l *remoteLog) Entries(ctx context.Context, from, to uint64, fn func(*ledge
 		if res.err != nil {
 			return res.err
 		}
-		for i := range res.recs {
-			if err := fn(&res.recs[i]); err != nil {
-				return err
-			}
-			next++
+		n, err := res.page.each(fn)
+		next += n
+		if err != nil {
+			return err
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -388,22 +389,74 @@ func (l *remoteLog) tiledPage(ctx context.Context, tree *client.Tree, from, to u
 	return recs, nil
 }
 
+// pageData is a page of entries as read: records, or proven bundles and
+// the range [from, to) of their entries that is the page.
+type pageData struct {
+	recs     []ledger.Record
+	bundles  []*client.Bundle
+	from, to uint64
+}
+
+// each calls fn with each entry of the page in order and returns how many
+// it called it with. The entries of bundles go through one Record, filled
+// for each in turn (fn does not keep it), not a slice of a record each.
+func (p *pageData) each(fn func(*ledger.Record) error) (uint64, error) {
+	if p.bundles == nil {
+		for i := range p.recs {
+			if err := fn(&p.recs[i]); err != nil {
+				return uint64(i), err
+			}
+		}
+		return uint64(len(p.recs)), nil
+	}
+	var rec ledger.Record
+	n := uint64(0)
+	for _, b := range p.bundles {
+		start := b.N * merkle.TileWidth
+		lo, hi := max(p.from, start)-start, min(p.to, start+uint64(len(b.Leaves)))-start
+		for i := lo; i < hi; i++ {
+			rec = ledger.Record{Index: start + i, Leaf: b.Leaves[i], LeafHash: b.Hashes[i],
+				Payload: b.Payloads[i], PayloadPruned: b.Pruned[i]}
+			if err := fn(&rec); err != nil {
+				return n, err
+			}
+			n++
+		}
+	}
+	return n, nil
+}
+
 // bundledPage reads the entries [from, to) (from < to <= the pin's size)
 // from the bundles that hold them, fetched in parallel and each proven
 // against the pinned tree (client.Tree.Bundle): leaves against the tree,
 // payloads against their leaves. Against a server without payload
 // bundles, or a bundle too large to be sent whole, it reads the page as
 // JSON (tiledPage).
-func (l *remoteLog) bundledPage(ctx context.Context, tree *client.Tree, from, to uint64) ([]ledger.Record, error) {
+func (l *remoteLog) bundledPage(ctx context.Context, tree *client.Tree, from, to uint64) (pageData, error) {
 	if l.r.JSONPages || l.r.noBundles.Load() {
-		return l.tiledPage(ctx, tree, from, to)
+		recs, err := l.tiledPage(ctx, tree, from, to)
+		return pageData{recs: recs}, err
 	}
 	first, last := from/merkle.TileWidth, (to-1)/merkle.TileWidth
 	bundles := make([]*client.Bundle, last-first+1)
-	errs := make([]error, len(bundles))
+	// The full bundles in one request, the partial last one of the tree
+	// beside it.
+	full := len(bundles)
+	if (last+1)*merkle.TileWidth > l.pin.Size {
+		full--
+	}
+	errs := make([]error, 2)
 	var wg sync.WaitGroup
-	for i := range bundles {
-		wg.Go(func() { bundles[i], errs[i] = tree.Bundle(ctx, first+uint64(i)) })
+	if full > 0 {
+		wg.Go(func() {
+			var bs []*client.Bundle
+			if bs, errs[0] = tree.Bundles(ctx, first, full); errs[0] == nil {
+				copy(bundles, bs)
+			}
+		})
+	}
+	if full < len(bundles) {
+		wg.Go(func() { bundles[full], errs[1] = tree.Bundle(ctx, last) })
 	}
 	wg.Wait()
 	for _, err := range errs {
@@ -411,26 +464,26 @@ func (l *remoteLog) bundledPage(ctx context.Context, tree *client.Tree, from, to
 		case err == nil:
 		case errors.Is(err, client.ErrNoPayloadBundles):
 			l.r.noBundles.Store(true)
-			return l.tiledPage(ctx, tree, from, to)
+			recs, err := l.tiledPage(ctx, tree, from, to)
+			return pageData{recs: recs}, err
 		case errors.Is(err, client.ErrPayloadsTooLarge):
-			return l.tiledPage(ctx, tree, from, to)
+			recs, err := l.tiledPage(ctx, tree, from, to)
+			return pageData{recs: recs}, err
 		default:
-			return nil, fmt.Errorf("rederive: %s: entries [%d, %d): %w", l.name, from, to, verificationErr(err))
+			return pageData{}, fmt.Errorf("rederive: %s: entries [%d, %d): %w", l.name, from, to, verificationErr(err))
 		}
 	}
-	recs := make([]ledger.Record, 0, to-from)
+	n := uint64(0)
 	for _, b := range bundles {
 		start := b.N * merkle.TileWidth
-		lo, hi := max(from, start)-start, min(to, start+uint64(len(b.Leaves)))-start
-		for i := lo; i < hi; i++ {
-			recs = append(recs, ledger.Record{Index: start + i, Leaf: b.Leaves[i], LeafHash: b.Hashes[i],
-				Payload: b.Payloads[i], PayloadPruned: b.Pruned[i]})
+		if lo, hi := max(from, start), min(to, start+uint64(len(b.Leaves))); hi > lo {
+			n += hi - lo
 		}
 	}
-	if uint64(len(recs)) != to-from {
-		return nil, fmt.Errorf("%w: %s: %d entries in the bundles for [%d, %d)", ErrVerification, l.name, len(recs), from, to)
+	if n != to-from {
+		return pageData{}, fmt.Errorf("%w: %s: %d entries in the bundles for [%d, %d)", ErrVerification, l.name, n, from, to)
 	}
-	return recs, nil
+	return pageData{bundles: bundles, from: from, to: to}, nil
 }
 
 // fetchEntries fetches the entries [from, to), following short pages.

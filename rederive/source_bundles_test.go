@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -24,6 +25,7 @@ import (
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/auditd/auditd/client"
+	"github.com/auditd/auditd/internal/bundletest"
 	"github.com/auditd/auditd/rederive"
 	"github.com/auditd/auditd/rederive/fold"
 )
@@ -110,15 +112,18 @@ func TestRemoteLogBundles(t *testing.T) {
 	s := newRemoteTestServer(t)
 	const p = "/v1/logs/payments/"
 
-	t.Run("honest server", func(t *testing.T) {
-		// Every entry read from the bundles: 20 entry and 20 payload
-		// bundles, the level-1 tile and the partial level-0 tile; no JSON
-		// listing, no proof.
+	// counted serves upstream (without combined bundles unless combined),
+	// counting the requests by kind.
+	counted := func(t *testing.T, upstream string, combined bool) (string, func() map[string]int) {
+		h := bundletest.NoCombined(upstream)
+		if combined {
+			h = bundletest.Proxy(upstream)
+		}
 		var mu sync.Mutex
 		count := map[string]int{}
-		url := tamperingProxy(t, s.url, func(r *http.Request, _ []byte) []byte {
+		front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			kind := r.URL.Path
-			for _, pre := range []string{p + "tile/entries/", p + "payloads/", p + "tile/0/", p + "tile/1/"} {
+			for _, pre := range []string{p + "bundles/", p + "tile/entries/", p + "payloads/", p + "tile/0/", p + "tile/1/"} {
 				if strings.HasPrefix(kind, pre) {
 					kind = pre
 				}
@@ -126,13 +131,39 @@ func TestRemoteLogBundles(t *testing.T) {
 			mu.Lock()
 			count[kind]++
 			mu.Unlock()
-			return nil
-		})
+			h.ServeHTTP(w, r)
+		}))
+		t.Cleanup(front.Close)
+		return front.URL, func() map[string]int { mu.Lock(); defer mu.Unlock(); return maps.Clone(count) }
+	}
+	t.Run("honest server", func(t *testing.T) {
+		// Every entry read from the combined bundles: the full ones of
+		// each 1,024-entry read in one request (4 reads of 4, one of 3),
+		// the partial last one alone; the level-1 tile and the partial
+		// level-0 tile; no entry or payload bundle apart, no JSON
+		// listing, no proof.
+		url, count := counted(t, s.url, true)
 		rl, pin := s.ledger(t, url, 0)
 		readAll(t, rl.Reader("payments", pin))
+		want := map[string]int{p + "bundles/": 6, p + "tile/0/": 1, p + "tile/1/": 1, p + "checkpoint": 1}
+		if got := count(); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("requests %v, want %v", got, want)
+		}
+	})
+	t.Run("honest server without combined bundles", func(t *testing.T) {
+		// An auditd from before combined bundles: 20 entry and 20
+		// payload bundles, after the first 404s for combined ones.
+		url, count := counted(t, s.url, false)
+		rl, pin := s.ledger(t, url, 0)
+		readAll(t, rl.Reader("payments", pin))
+		got := count()
+		if n := got[p+"bundles/"]; n < 1 || n > 20 {
+			t.Errorf("%d combined bundles asked for, want 1 to 20 (those in flight before the first 404)", n)
+		}
+		delete(got, p+"bundles/")
 		want := map[string]int{p + "tile/entries/": 20, p + "payloads/": 20, p + "tile/0/": 1, p + "tile/1/": 1, p + "checkpoint": 1}
-		if fmt.Sprint(count) != fmt.Sprint(want) {
-			t.Errorf("requests %v, want %v", count, want)
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("requests %v, want %v", got, want)
 		}
 	})
 
@@ -219,22 +250,31 @@ func TestRemoteLogBundles(t *testing.T) {
 			return editPayload(t, 0, func([]byte) []byte { return nil })(b)
 		}, [][2]uint64{{1024, 1025}, {1024, 2048}, {1025, 1280}}, [][2]uint64{{1280, 2048}, {0, 1024}}},
 	}
+	// Each lie is told in the combined bundles (the proxy joins the parts
+	// it lied in) and, to a client of a server without them, in the parts.
 	for _, c := range lies {
-		t.Run(c.name, func(t *testing.T) {
-			url := tamperingProxy(t, s.url, func(r *http.Request, body []byte) []byte { return c.edit(r.URL.Path, body) })
-			rl, pin := s.ledger(t, url, 0)
-			r := rl.Reader("payments", pin)
-			for _, rg := range c.bad {
-				if got, err := readRange(r, rg[0], rg[1]); !errors.Is(err, rederive.ErrVerification) || len(got) != 0 {
-					t.Errorf("Entries(%d, %d): %d records, %v; want none and rederive.ErrVerification", rg[0], rg[1], len(got), err)
+		for _, mode := range []string{"combined", "apart"} {
+			t.Run(c.name+", "+mode, func(t *testing.T) {
+				url := tamperingProxy(t, s.url, func(r *http.Request, body []byte) []byte { return c.edit(r.URL.Path, body) })
+				if mode == "apart" {
+					front := httptest.NewServer(bundletest.NoCombined(url))
+					t.Cleanup(front.Close)
+					url = front.URL
 				}
-			}
-			for _, rg := range c.good {
-				if got, err := readRange(r, rg[0], rg[1]); err != nil || uint64(len(got)) != rg[1]-rg[0] {
-					t.Errorf("Entries(%d, %d): %d records, %v; want them all", rg[0], rg[1], len(got), err)
+				rl, pin := s.ledger(t, url, 0)
+				r := rl.Reader("payments", pin)
+				for _, rg := range c.bad {
+					if got, err := readRange(r, rg[0], rg[1]); !errors.Is(err, rederive.ErrVerification) || len(got) != 0 {
+						t.Errorf("Entries(%d, %d): %d records, %v; want none and rederive.ErrVerification", rg[0], rg[1], len(got), err)
+					}
 				}
-			}
-		})
+				for _, rg := range c.good {
+					if got, err := readRange(r, rg[0], rg[1]); err != nil || uint64(len(got)) != rg[1]-rg[0] {
+						t.Errorf("Entries(%d, %d): %d records, %v; want them all", rg[0], rg[1], len(got), err)
+					}
+				}
+			})
+		}
 	}
 
 	t.Run("a server without payload bundles", func(t *testing.T) {
@@ -263,7 +303,7 @@ func TestRemoteLogBundles(t *testing.T) {
 func noPayloadBundles(t *testing.T, upstream string, tooLarge bool) string {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.Contains(r.URL.Path, "/payloads/") {
+		if strings.Contains(r.URL.Path, "/payloads/") || strings.Contains(r.URL.Path, "/bundles/") {
 			if tooLarge {
 				w.Header().Set("Auditd-Prune-Watermark", "0")
 			}

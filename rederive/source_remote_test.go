@@ -25,6 +25,7 @@ import (
 
 	"github.com/auditd/auditd/api"
 	"github.com/auditd/auditd/client"
+	"github.com/auditd/auditd/internal/bundletest"
 	"github.com/auditd/auditd/ledger"
 	"github.com/auditd/auditd/merkle"
 	"github.com/auditd/auditd/rederive"
@@ -171,7 +172,11 @@ func TestRemoteLogRanges(t *testing.T) {
 // answer through rewrite (when it returns non-nil).
 func tamperingProxy(t *testing.T, upstream string, rewrite func(r *http.Request, body []byte) []byte) string {
 	t.Helper()
+	var self string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if bundletest.ServeCombined(w, r, self) { // the lies of the parts, combined
+			return
+		}
 		resp, err := http.Get(upstream + r.URL.RequestURI())
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadGateway)
@@ -192,6 +197,7 @@ func tamperingProxy(t *testing.T, upstream string, rewrite func(r *http.Request,
 		w.WriteHeader(resp.StatusCode)
 		w.Write(body)
 	}))
+	self = srv.URL
 	t.Cleanup(srv.Close)
 	return srv.URL
 }

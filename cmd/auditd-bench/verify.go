@@ -154,21 +154,38 @@ func runVerify(args []string) error {
 	return writeJSON(f.jsonOut, "verify", res)
 }
 
-// requestCounts counts the requests a server handled by kind: the last
-// element of the path, or "entries range".
+// requestCounts counts the requests a server handled by kind: the path
+// under the log without the tile or bundle index ("tile/1",
+// "tile/entries", "bundles", "payloads", "checkpoint"), or "entries range".
 type requestCounts struct {
 	mu sync.Mutex
 	n  map[string]int
 }
 
 func (c *requestCounts) add(r *http.Request) {
-	kind := r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]
-	if r.URL.Query().Has("start") {
-		kind = "entries range"
-	}
+	c.addKind(requestKind(r))
+}
+
+func (c *requestCounts) addKind(kind string) {
 	c.mu.Lock()
 	c.n[kind]++
 	c.mu.Unlock()
+}
+
+// requestKind is the kind requestCounts counts r as.
+func requestKind(r *http.Request) string {
+	if r.URL.Query().Has("start") {
+		return "entries range"
+	}
+	p := r.URL.Path
+	if rest, ok := strings.CutPrefix(p, "/v1/logs/"); ok {
+		_, p, _ = strings.Cut(rest, "/") // drop the log's name
+	}
+	parts := strings.Split(strings.Trim(p, "/"), "/")
+	if parts[0] == "tile" && len(parts) > 1 {
+		return "tile/" + parts[1]
+	}
+	return parts[0]
 }
 
 func (c *requestCounts) reset() { c.mu.Lock(); clear(c.n); c.mu.Unlock() }

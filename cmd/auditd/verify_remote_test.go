@@ -366,7 +366,7 @@ func noTilesProxy(t *testing.T, upstream string) string {
 func jsonOnlyProxy(t *testing.T, upstream string) string {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.Contains(r.URL.Path, "/payloads/") {
+		if strings.Contains(r.URL.Path, "/payloads/") || strings.Contains(r.URL.Path, "/bundles/") {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusNotFound)
 			io.WriteString(w, `{"error":"not found"}`)

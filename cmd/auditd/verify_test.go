@@ -27,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/auditd/auditd/client"
+	"github.com/auditd/auditd/internal/bundletest"
 	"github.com/auditd/auditd/merkle"
 	"github.com/auditd/auditd/rederive"
 	"github.com/auditd/auditd/rederive/compare"
@@ -457,7 +458,11 @@ func TestVerifyConfigErrors(t *testing.T) {
 // body through rewrite (when it returns non-nil) before answering.
 func tamperProxy(t *testing.T, upstream string, rewrite func(r *http.Request, body []byte) []byte) string {
 	t.Helper()
+	var self string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if bundletest.ServeCombined(w, r, self) { // the lies of the parts, combined
+			return
+		}
 		resp, err := http.Get(upstream + r.URL.RequestURI())
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadGateway)
@@ -478,6 +483,7 @@ func tamperProxy(t *testing.T, upstream string, rewrite func(r *http.Request, bo
 		w.WriteHeader(resp.StatusCode)
 		w.Write(body)
 	}))
+	self = srv.URL
 	t.Cleanup(srv.Close)
 	return srv.URL
 }

@@ -95,7 +95,7 @@ var edgeKeys = []string{"", " ", "A", "Z", "a", "a ", "ab", "a\u0001", "é", "ü
 // are equal: 12.50 for 12.5, 1e3 for 1000, 0.5 as a float): the sums
 // agree and not one row is read.
 func TestSumsClean(t *testing.T) {
-	defer compare.SetSumTuning(16, 4, 4, 1)()
+	defer compare.SetSumTuning(16, 1)()
 	const n = 300
 	numeric := func(i int) (store string, exp any) {
 		switch i % 6 {
@@ -168,7 +168,7 @@ func TestSumsDifferential(t *testing.T) {
 		seed := uint64(round) + 1
 		t.Run(strconv.Itoa(round), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 42))
-			defer compare.SetSumTuning(1+rng.IntN(40), 1+rng.IntN(8), 2+rng.IntN(8), 1)()
+			defer compare.SetSumTuning(1+rng.IntN(40), 1)()
 			if round >= 2 {
 				// The keys of differing ranges found from their bytes,
 				// not from the first pass's record.

@@ -1,9 +1,6 @@
 package store
 
-import (
-	"encoding/binary"
-	"math/bits"
-)
+import "math/bits"
 
 // HashText is PostgreSQL's hashtextextended(text, seed) for text in a
 // deterministic collation, computed in Go: Bob Jenkins' lookup3 over the
@@ -11,7 +8,18 @@ import (
 // little-endian machine, the 64-bit result as PostgreSQL returns it
 // (a bigint of the same bits). A store that sums hashes checks that its
 // server agrees before relying on it.
-func HashText(k []byte, seed uint64) uint64 {
+func HashText(k []byte, seed uint64) uint64 { return hashBytes(k, seed) }
+
+// HashString is HashText of a string's bytes, without copying them.
+func HashString(k string, seed uint64) uint64 { return hashBytes(k, seed) }
+
+// le32 is the little-endian 32-bit word at the start of k.
+func le32[T string | []byte](k T) uint32 {
+	_ = k[3]
+	return uint32(k[0]) | uint32(k[1])<<8 | uint32(k[2])<<16 | uint32(k[3])<<24
+}
+
+func hashBytes[T string | []byte](k T, seed uint64) uint64 {
 	rot := bits.RotateLeft32
 	a := uint32(0x9e3779b9) + uint32(len(k)) + 3923095
 	b, c := a, a
@@ -41,9 +49,9 @@ func HashText(k []byte, seed uint64) uint64 {
 		mix()
 	}
 	for len(k) >= 12 {
-		a += binary.LittleEndian.Uint32(k)
-		b += binary.LittleEndian.Uint32(k[4:])
-		c += binary.LittleEndian.Uint32(k[8:])
+		a += le32(k)
+		b += le32(k[4:])
+		c += le32(k[8:])
 		mix()
 		k = k[12:]
 	}
@@ -59,8 +67,8 @@ func HashText(k []byte, seed uint64) uint64 {
 		c += uint32(k[8]) << 8
 		fallthrough
 	case 8:
-		b += binary.LittleEndian.Uint32(k[4:])
-		a += binary.LittleEndian.Uint32(k)
+		b += le32(k[4:])
+		a += le32(k)
 	case 7:
 		b += uint32(k[6]) << 16
 		fallthrough
@@ -71,7 +79,7 @@ func HashText(k []byte, seed uint64) uint64 {
 		b += uint32(k[4])
 		fallthrough
 	case 4:
-		a += binary.LittleEndian.Uint32(k)
+		a += le32(k)
 	case 3:
 		a += uint32(k[2]) << 16
 		fallthrough

@@ -396,6 +396,7 @@ func (r *sumsRun) read(ctx context.Context, j *judge, keys []string, differ []bo
 		rest = rest[len(chunk):]
 		err := r.sm.ScanKeys(ctx, chunk, func(row store.Row) error {
 			if !want.has(row.Key) {
+				j.st.Rows++
 				return nil // equal under the store's collation only
 			}
 			found[r.bucket(row.Key)]++
@@ -414,6 +415,7 @@ func (r *sumsRun) read(ctx context.Context, j *judge, keys []string, differ []bo
 	if len(extra) > 0 {
 		err := r.sm.ScanBuckets(ctx, r.bits, r.seed, extra, func(row store.Row) error {
 			if want.has(row.Key) {
+				j.st.Rows++
 				return nil // read above
 			}
 			return j.row(row)

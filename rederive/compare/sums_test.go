@@ -209,7 +209,15 @@ func TestSumsDifferential(t *testing.T) {
 			drift := rng.IntN(5) * rng.IntN(20) // often few, sometimes none
 			for i, k := range keys {
 				s, e := value()
-				name := fmt.Sprintf("n%d", rng.IntN(5))
+				var name any = fmt.Sprintf("n%d", rng.IntN(5))
+				switch rng.IntN(10) {
+				case 0:
+					name = "" // an empty string, not NULL
+				case 1:
+					name = nil
+				case 2:
+					name = "0.10" // text that looks like a number
+				}
 				row := []any{k, s}
 				if !single {
 					row = append(row, name)
@@ -283,5 +291,32 @@ func TestSumsDifferential(t *testing.T) {
 				t.Logf("n %d, drift %d: rows read %d by rows, %d by sums (%d sum queries)", n, drift, rst.Rows, sst.Rows, sst.SumQueries)
 			}
 		})
+	}
+}
+
+// TestSumsSwap: a bucket that lacks an expected key and holds a key not
+// expected as many rows as it should: its sum differs, the expected keys
+// read show one missing, and the bucket's rows are read for the extra
+// key. The same with only a wrong value: no bucket is read whole.
+func TestSumsSwap(t *testing.T) {
+	defer compare.SetSumTuning(1<<20, 1)() // one bucket
+	var rows [][]any
+	exp := map[string]any{}
+	for i := range 200 {
+		k := fmt.Sprintf("ké%03d", i)
+		exp[k] = json.Number(strconv.Itoa(i) + ".5")
+		rows = append(rows, []any{k, strconv.Itoa(i) + ".50"})
+	}
+	swapped := append([][]any{}, rows[1:]...)
+	swapped = append(swapped, []any{"ké-extra", "0.50"})
+	_, st := bothWays(t, sumsTable(t, "key text, v numeric", swapped), exp, compare.Config{})
+	if st.Missing != 1 || st.Extra != 1 {
+		t.Errorf("swapped: %+v, want one missing and one extra", st)
+	}
+	wrong := append([][]any{}, rows...)
+	wrong[7] = []any{rows[7][0], "7.51"}
+	_, st = bothWays(t, sumsTable(t, "key text, v numeric", wrong), exp, compare.Config{})
+	if st.Mismatched != 1 || st.Rows != 200 {
+		t.Errorf("one wrong value: %+v, want one mismatch and each key read once", st)
 	}
 }

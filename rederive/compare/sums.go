@@ -91,6 +91,19 @@ func (h *hasher) hash(key string, v any) (kh, rh uint64, ok bool) {
 	b := h.buf[:0]
 	ok = true
 	switch {
+	case h.layout.Numeric:
+		b, ok = appendScalar(b, v)
+		h.buf = b
+		// Only a number "n<plain>;" can equal a numeric column's value.
+		if !ok || len(b) < 3 || b[0] != 'n' {
+			return kh, 0, false
+		}
+		plain, seed := b[1:len(b)-1], kh
+		if plain[0] == '-' {
+			plain, seed = plain[1:], kh^1
+		}
+		rh, ok = store.HashNumeric(plain, seed)
+		return kh, rh, ok
 	case h.layout.Single:
 		b, ok = appendScalar(b, v)
 	default:

@@ -64,9 +64,15 @@ type BucketSum struct {
 // SumLayout is how a store writes its rows' value text, which the
 // expected side must follow: the value columns' names, in the order
 // their text is written (with Single, the one value column is written
-// bare).
+// bare). With Numeric (and Single), the one value column is numeric and
+// a row's hash is not that of its text but, cheaper for the store,
+// HashNumeric of the value's absolute value with the key hash as the seed
+// (the key hash XOR 1 for a negative value), or for NULL the hash of "Z"
+// with the key hash as the seed. (NaN and the infinities hash as the key
+// hash or the key hash XOR 1, which no finite number does but by chance.)
 type SumLayout struct {
 	Single  bool
+	Numeric bool
 	Columns []string
 }
 

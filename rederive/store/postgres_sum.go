@@ -20,6 +20,8 @@ type pgSumPlan struct {
 	layout SumLayout
 	key    string // the key as text, collation "C", over the query aliased q
 	text   string // the row's value text
+	// numeric is the one value column with layout.Numeric.
+	numeric string
 }
 
 // hashProbe is hashed by the server and by HashText when a plan is made:
@@ -96,6 +98,10 @@ func (s *pgStore) sumPlan(ctx context.Context, conn *pgx.Conn) (*pgSumPlan, erro
 		text.WriteString(expr)
 		p.layout.Columns = append(p.layout.Columns, c.name)
 	}
+	if p.layout.Single && vals[0].oid == pgtype.NumericOID {
+		p.layout.Numeric = true
+		p.numeric = "q." + pgx.Identifier{vals[0].name}.Sanitize()
+	}
 	p.text = text.String()
 	if p.text == "" {
 		p.text = "''"
@@ -158,6 +164,16 @@ func checkBits(bits int) error {
 	return nil
 }
 
+// rowHashSQL is the SQL of a row's hash under the seed $1.
+func (p *pgSumPlan) rowHashSQL() string {
+	kh := p.keyHashSQL()
+	if p.layout.Numeric {
+		v := p.numeric
+		return "COALESCE(hash_numeric_extended(" + v + ", " + kh + " # (" + v + " < 0)::int::bigint), hashtextextended('Z', " + kh + "))"
+	}
+	return "hashtextextended((" + p.text + `) COLLATE "C", ` + kh + ")"
+}
+
 // Sums implements Summer: one scan, a hash aggregate by bucket.
 func (s *pgStore) Sums(ctx context.Context, bits int, seed uint64) ([]BucketSum, error) {
 	if err := checkBits(bits); err != nil {
@@ -176,7 +192,7 @@ func (s *pgStore) Sums(ctx context.Context, bits int, seed uint64) ([]BucketSum,
 	// a subquery's column, it would not be pulled up into the scan unless
 	// written out, and a subquery fenced with OFFSET 0 runs in one process
 	// (no parallel workers).
-	sql := "SELECT b, count(*), sum(h)::text FROM (SELECT " + p.bucketSQL() + " AS b, hashtextextended((" + p.text + `) COLLATE "C", ` + p.keyHashSQL() + ") AS h FROM (" + s.query + ") q) s GROUP BY b"
+	sql := "SELECT b, count(*), sum(h)::text FROM (SELECT " + p.bucketSQL() + " AS b, " + p.rowHashSQL() + " AS h FROM (" + s.query + ") q) s GROUP BY b"
 	rows, err := conn.Query(ctx, sql, int64(seed), int64(1)<<bits-1)
 	if err != nil {
 		return nil, storeError(ctx, s.name, fmt.Errorf("sums: %w", err))

@@ -171,7 +171,7 @@ func TestSumsDifferential(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 42))
 			defer compare.SetSumTuning(1+rng.IntN(40), 1)()
 			if round >= 2 {
-				// The keys of differing ranges found from their bytes,
+				// The keys of differing buckets found from their bytes,
 				// not from the first pass's record.
 				defer compare.RecordNoKeys()()
 			}

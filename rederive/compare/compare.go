@@ -63,10 +63,10 @@ type Config struct {
 	IgnoreExtra bool `yaml:"ignore_extra,omitempty" json:"ignore_extra,omitempty"`
 	// Method says how the store is read: MethodRows ("rows", the
 	// default) reads every row; MethodSums ("sums") has a store that can
-	// (PostgreSQL) sum a hash of its rows over key ranges where it keeps
-	// them, and reads only the rows of the ranges whose sums differ from
-	// the expected values'. Both report the same drift; a store that
-	// cannot sum is read row by row.
+	// (PostgreSQL) sum a hash of its rows by bucket of key hash where it
+	// keeps them, and reads only the rows of the buckets whose sums
+	// differ from the expected values'. Both report the same drift; a
+	// store that cannot sum is read row by row.
 	Method Method `yaml:"method,omitempty" json:"method,omitempty"`
 	// Incremental compares, in the daemon's runs between full runs, only
 	// the keys whose expected value changed since the last clean
@@ -82,8 +82,8 @@ type Method string
 const (
 	// MethodRows reads every row of the store.
 	MethodRows Method = "rows"
-	// MethodSums compares sums over key ranges and reads only the rows
-	// of the ranges that differ.
+	// MethodSums compares sums over buckets of keys and reads only the
+	// rows of the buckets that differ.
 	MethodSums Method = "sums"
 )
 
@@ -176,9 +176,9 @@ type Stats struct {
 	// Extra counts the extra keys reported: 0 with IgnoreExtra.
 	Extra int64 `json:"extra"`
 	// Summed counts the expected keys judged equal by a sum over their
-	// key range, without reading their rows (method sums).
+	// bucket, without reading their rows (method sums).
 	Summed int64 `json:"summed,omitempty"`
-	// SumQueries counts the queries that summed key ranges in the store.
+	// SumQueries counts the queries that summed buckets in the store.
 	SumQueries int64 `json:"sum_queries,omitempty"`
 	// Unchanged counts the expected keys an incremental comparison did
 	// not read, their values unchanged since the last clean comparison

@@ -6,20 +6,19 @@ import (
 )
 
 // A store that can hash its rows where it keeps them (PostgreSQL) lets a
-// comparison check a key range by one number instead of reading its rows:
-// the store sums a hash of each row's canonical text over the range, the
-// comparison sums the same hash over the expected values, and only the
-// ranges whose sums differ are read (package compare). For the two sums
-// to agree, both sides write a row the same way; this is that text.
+// comparison check a bucket of keys by one number instead of reading its
+// rows: the store sums a hash of each row over the bucket, the comparison
+// sums the same hash over the expected values, and only the buckets whose
+// sums differ are read (package compare). For the two sums to agree, both
+// sides write a row the same way; this is that text and that hash.
 //
-// A row's canonical text is its key's length in bytes in decimal, ":",
-// the key, then its value:
+// A row's value text is:
 //
 //   - with one value column, the column's scalar text;
 //   - with several, for each value column in the byte order of the
 //     names: "c", the name's length in bytes, ":", the name, the
 //     column's scalar text;
-//   - with none, nothing.
+//   - with none, the empty text.
 //
 // A scalar's text is "Z" for NULL; "T" or "F" for a boolean; for a number
 // (an integer or numeric column), "n", the number in plain decimal
@@ -30,52 +29,58 @@ import (
 // interval, inet, cidr, macaddr). Every other column type (real, double
 // precision, numeric NaN and infinities, timestamps, json, arrays,
 // bytea, char(n), enums) writes "?", which no expected value writes, so a
-// range holding one is always read row by row.
+// bucket holding one is always read row by row.
 //
-// A row's hash is PostgreSQL's hashtextextended of its canonical text in
-// UTF-8 with a seed drawn at random for each comparison (HashText computes
-// it in Go), a signed 64-bit integer, and a range's sum is the sum of its
-// rows' hashes, exactly (no wrap-around), with the number of rows. Keys
-// are ordered by their bytes (PostgreSQL's collation "C").
+// With a seed drawn at random for each comparison, a row's key hash is
+// PostgreSQL's hashtextextended of its key's text in UTF-8 with the seed
+// (KeyHash), its bucket among 2^bits the key hash's low bits
+// (KeyBucket), and its hash hashtextextended of its value text with the
+// key hash as the seed: a signed 64-bit integer. HashText computes
+// hashtextextended in Go. A bucket's sum is the sum of its rows' hashes,
+// exactly (no wrap-around), with the number of rows. A key's bucket does
+// not depend on its value: the store's row of a key and the expected one
+// fall in the same bucket.
 //
-// The hash is not cryptographic: a sum that agrees says the range holds
+// The hash is not cryptographic: a sum that agrees says the bucket holds
 // the expected rows unless they differ by accident with odds of about
 // 2^-64, or were changed on purpose by someone who knew the run's seed.
 // The full comparison (method rows) reads every row and has no such
 // limit.
 
-// KeyRange is the keys k with Lo <= k < Hi in byte order, or Lo <= k
-// when Open is set.
-type KeyRange struct {
-	Lo, Hi string
-	Open   bool
-}
+// KeyHash is the key hash of key under seed.
+func KeyHash(key string, seed uint64) uint64 { return HashString(key, seed) }
 
-// Contains reports whether k is in r.
-func (r KeyRange) Contains(k string) bool {
-	return k >= r.Lo && (r.Open || k < r.Hi)
-}
+// KeyBucket is the bucket among 2^bits of a key hash.
+func KeyBucket(keyHash uint64, bits int) uint64 { return keyHash & (1<<bits - 1) }
 
-// RangeSum is a key range's row count and the exact sum of its rows'
+// BucketSum is a bucket's row count and the exact sum of its rows'
 // signed 64-bit hashes, as a 128-bit two's complement integer
 // Hi·2^64 + Lo.
-type RangeSum struct {
+type BucketSum struct {
 	Rows   int64
 	Hi, Lo uint64
 }
 
-// SumLayout is how a store writes its rows' canonical text, which the
+// SumLayout is how a store writes its rows' value text, which the
 // expected side must follow: the value columns' names, in the order
 // their text is written (with Single, the one value column is written
-// bare).
+// bare). With Numeric (and Single), the one value column is numeric and
+// a row's hash is not that of its text but, cheaper for the store,
+// HashNumeric of the value's absolute value with the key hash as the seed
+// (the key hash XOR 1 for a negative value), or for NULL the hash of "Z"
+// with the key hash as the seed. (NaN and the infinities hash as the key
+// hash or the key hash XOR 1, which no finite number does but by chance.)
 type SumLayout struct {
 	Single  bool
+	Numeric bool
 	Columns []string
 }
 
-// Summer is a store that sums row hashes over key ranges in place, and
-// reads only the rows of given key ranges. The ranges a call names are
-// disjoint and sorted.
+// MaxSumBits bounds the bits of a Sums or ScanBuckets call.
+const MaxSumBits = 20
+
+// Summer is a store that sums row hashes by bucket of keys in place, and
+// reads only the rows of given buckets or keys.
 type Summer interface {
 	// SumLayout returns how the store writes its rows, or an error
 	// wrapping ErrNoSums when its key or value columns cannot be summed
@@ -83,16 +88,15 @@ type Summer interface {
 	// every row of which would write "?"; a database not in UTF-8; a
 	// server whose hash differs from HashText's).
 	SumLayout(ctx context.Context) (SumLayout, error)
-	// Sums sums the rows whose keys are within one of the ranges (all
-	// rows when within is nil) by bucket: bucket 0 holds the keys below
-	// bounds[0], bucket i those in [bounds[i-1], bounds[i]), bucket
-	// len(bounds) those at or above the last bound. bounds is sorted and
-	// holds no key twice. The result has len(bounds)+1 entries.
-	// Rows are hashed with seed.
-	Sums(ctx context.Context, within []KeyRange, bounds []string, seed uint64) ([]RangeSum, error)
-	// ScanRanges calls fn with each row whose key is within one of the
-	// ranges, as Scan does.
-	ScanRanges(ctx context.Context, ranges []KeyRange, fn func(Row) error) error
+	// Sums sums every row by its bucket among 2^bits (0 <= bits <=
+	// MaxSumBits) under seed: the result has 2^bits sums, that of
+	// bucket b at index b.
+	Sums(ctx context.Context, bits int, seed uint64) ([]BucketSum, error)
+	// ScanBuckets calls fn with each row whose key's bucket among 2^bits
+	// under seed is one of buckets, as Scan does. It may read every row
+	// to find them.
+	ScanBuckets(ctx context.Context, bits int, seed uint64, buckets []uint64, fn func(Row) error) error
+	KeyReader
 }
 
 // ErrNoSums marks a store that cannot sum its rows: the comparison reads

@@ -15,11 +15,13 @@ import (
 var _ Summer = (*pgStore)(nil)
 
 // pgSumPlan is the SQL that writes and hashes the rows of a store's query
-// (see the comment on KeyRange's file for the text).
+// (see the comment at the top of checksum.go for the text and the hash).
 type pgSumPlan struct {
 	layout SumLayout
 	key    string // the key as text, collation "C", over the query aliased q
-	text   string // the row's canonical text
+	text   string // the row's value text
+	// numeric is the one value column with layout.Numeric.
+	numeric string
 }
 
 // hashProbe is hashed by the server and by HashText when a plan is made:
@@ -44,16 +46,12 @@ func (s *pgStore) sumPlan(ctx context.Context, conn *pgx.Conn) (*pgSumPlan, erro
 	if uint64(h) != HashText([]byte(hashProbe), seed) {
 		return nil, fmt.Errorf("%w: %s: the server hashes text otherwise than auditd does", ErrNoSums, s.name)
 	}
-	// The sums' expressions are large (a binary search over thousands of
-	// bounds): compiling them with JIT would take longer than the scan.
-	// (width_bucket over a text[] of the bounds would be one parameter,
-	// but for text it walks the array from its first element for each
-	// row: a scan of 10M rows with 9,765 bounds took 306 s.)
-	// The planner takes the buckets for as many as the keys (a bucket is
-	// an expression of the key) and would group by an external sort of
-	// every row; there are at most a few tens of thousands of buckets, which
-	// a hash aggregate holds in memory.
-	for _, set := range []string{"SET jit = off", "SET enable_sort = off"} {
+	// A bucket is an expression of the key: the planner takes the
+	// buckets for as many as the keys and would group by an external sort
+	// of every row. There are at most 2^MaxSumBits buckets, which a hash
+	// aggregate holds in memory (work_mem, lest it spill to disk). JIT
+	// compiles the expressions for longer than it saves.
+	for _, set := range []string{"SET jit = off", "SET enable_sort = off", "SET work_mem = '256MB'"} {
 		if _, err := conn.Exec(ctx, set); err != nil {
 			return nil, storeError(ctx, s.name, err)
 		}
@@ -86,20 +84,28 @@ func (s *pgStore) sumPlan(ctx context.Context, conn *pgx.Conn) (*pgSumPlan, erro
 	slices.SortFunc(vals, func(a, b pgColumn) int { return strings.Compare(a.name, b.name) })
 	p.layout.Single = len(vals) == 1
 	var text strings.Builder
-	text.WriteString("octet_length(" + kc + ") || ':' || " + kc)
-	for _, c := range vals {
+	for i, c := range vals {
 		expr, ok := pgScalarText("q."+pgx.Identifier{c.name}.Sanitize(), c.oid)
 		if !ok {
 			return nil, fmt.Errorf("%w: %s: column %q has a type whose values cannot be summed", ErrNoSums, s.name, c.name)
 		}
-		text.WriteString(" || ")
+		if i > 0 {
+			text.WriteString(" || ")
+		}
 		if !p.layout.Single {
 			text.WriteString(pgLiteral("c"+strconv.Itoa(len(c.name))+":"+c.name) + " || ")
 		}
 		text.WriteString(expr)
 		p.layout.Columns = append(p.layout.Columns, c.name)
 	}
+	if p.layout.Single && vals[0].oid == pgtype.NumericOID {
+		p.layout.Numeric = true
+		p.numeric = "q." + pgx.Identifier{vals[0].name}.Sanitize()
+	}
 	p.text = text.String()
+	if p.text == "" {
+		p.text = "''"
+	}
 	return p, nil
 }
 
@@ -141,63 +147,37 @@ func (s *pgStore) SumLayout(ctx context.Context) (SumLayout, error) {
 	return p.layout, nil
 }
 
-// sqlArgs collects the arguments of a statement, numbered $1, $2, ...
-type sqlArgs []any
-
-// text adds v and returns its placeholder, typed text.
-func (a *sqlArgs) text(v string) string {
-	*a = append(*a, v)
-	return "$" + strconv.Itoa(len(*a)) + "::text"
+// keyHashSQL is the SQL of a row's key hash under the seed $1.
+func (p *pgSumPlan) keyHashSQL() string {
+	return "hashtextextended(" + p.key + ", $1::bigint)"
 }
 
-// bigint adds v and returns its placeholder, typed bigint.
-func (a *sqlArgs) bigint(v int64) string {
-	*a = append(*a, v)
-	return "$" + strconv.Itoa(len(*a)) + "::bigint"
+// bucketSQL is the SQL of a row's bucket under the seed $1 and mask $2.
+func (p *pgSumPlan) bucketSQL() string {
+	return "(" + p.keyHashSQL() + " & $2::bigint)"
 }
 
-// rangeWhere returns a condition that holds for the keys within ranges:
-// an OR of range conditions, which PostgreSQL answers with one index
-// scan per range when the key is indexed in collation "C", or one
-// sequential scan otherwise.
-func rangeWhere(key string, ranges []KeyRange, args *sqlArgs) string {
-	if len(ranges) == 0 {
-		return "false"
+func checkBits(bits int) error {
+	if bits < 0 || bits > MaxSumBits {
+		return fmt.Errorf("%w: %d bits of buckets: want 0 to %d", ErrStore, bits, MaxSumBits)
 	}
-	var or []string
-	for _, r := range ranges {
-		c := key + " >= " + args.text(r.Lo)
-		if !r.Open {
-			c += " AND " + key + " < " + args.text(r.Hi)
-		}
-		or = append(or, "("+c+")")
-	}
-	return strings.Join(or, " OR ")
+	return nil
 }
 
-// bucketSQL returns an expression giving the bucket of key among bounds
-// (as Sums numbers them) by binary search: a tree of CASE expressions,
-// so a row costs log2(len(bounds)) comparisons.
-func bucketSQL(key string, bounds []string, args *sqlArgs) string {
-	var build func(lo, hi int) string
-	build = func(lo, hi int) string {
-		if lo == hi {
-			return strconv.Itoa(lo)
-		}
-		mid := (lo + hi + 1) / 2 // buckets [lo, mid-1] are below bounds[mid-1]
-		return "CASE WHEN " + key + " < " + args.text(bounds[mid-1]) + " THEN " + build(lo, mid-1) + " ELSE " + build(mid, hi) + " END"
+// rowHashSQL is the SQL of a row's hash under the seed $1.
+func (p *pgSumPlan) rowHashSQL() string {
+	kh := p.keyHashSQL()
+	if p.layout.Numeric {
+		v := p.numeric
+		return "COALESCE(hash_numeric_extended(" + v + ", " + kh + " # (" + v + " < 0)::int::bigint), hashtextextended('Z', " + kh + "))"
 	}
-	return build(0, len(bounds))
+	return "hashtextextended((" + p.text + `) COLLATE "C", ` + kh + ")"
 }
 
-// maxSumParams bounds the bounds and ranges of one Sums or ScanRanges
-// call (PostgreSQL takes at most 65,535 parameters).
-const maxSumParams = 60_000
-
-// Sums implements Summer.
-func (s *pgStore) Sums(ctx context.Context, within []KeyRange, bounds []string, seed uint64) ([]RangeSum, error) {
-	if len(bounds)+2*len(within) > maxSumParams {
-		return nil, fmt.Errorf("%w: %s: sums: %d bounds and %d ranges are too many for one query", ErrStore, s.name, len(bounds), len(within))
+// Sums implements Summer: one scan, a hash aggregate by bucket.
+func (s *pgStore) Sums(ctx context.Context, bits int, seed uint64) ([]BucketSum, error) {
+	if err := checkBits(bits); err != nil {
+		return nil, err
 	}
 	conn, err := s.connect(ctx)
 	if err != nil {
@@ -208,18 +188,17 @@ func (s *pgStore) Sums(ctx context.Context, within []KeyRange, bounds []string, 
 	if err != nil {
 		return nil, err
 	}
-	var args sqlArgs
-	sql := "SELECT b, count(*), sum(h)::text FROM (SELECT " + bucketSQL(p.key, bounds, &args) + " AS b, hashtextextended((" + p.text + `) COLLATE "C", ` + args.bigint(int64(seed)) + ") AS h FROM (" + s.query + ") q"
-	if within != nil {
-		sql += " WHERE " + rangeWhere(p.key, within, &args)
-	}
-	sql += ") s GROUP BY b"
-	rows, err := conn.Query(ctx, sql, args...)
+	// The key hash is written twice (the planner computes it twice): as
+	// a subquery's column, it would not be pulled up into the scan unless
+	// written out, and a subquery fenced with OFFSET 0 runs in one process
+	// (no parallel workers).
+	sql := "SELECT b, count(*), sum(h)::text FROM (SELECT " + p.bucketSQL() + " AS b, " + p.rowHashSQL() + " AS h FROM (" + s.query + ") q) s GROUP BY b"
+	rows, err := conn.Query(ctx, sql, int64(seed), int64(1)<<bits-1)
 	if err != nil {
 		return nil, storeError(ctx, s.name, fmt.Errorf("sums: %w", err))
 	}
 	defer rows.Close()
-	out := make([]RangeSum, len(bounds)+1)
+	out := make([]BucketSum, 1<<bits)
 	var b, n int64
 	var sum string
 	for rows.Next() {
@@ -227,14 +206,14 @@ func (s *pgStore) Sums(ctx context.Context, within []KeyRange, bounds []string, 
 			return nil, storeError(ctx, s.name, fmt.Errorf("sums: %w", err))
 		}
 		v, ok := new(big.Int).SetString(sum, 10)
-		if !ok || b < 0 || b > int64(len(bounds)) || v.BitLen() > 127 {
+		if !ok || b < 0 || b >= int64(len(out)) || v.BitLen() > 127 {
 			return nil, storeError(ctx, s.name, fmt.Errorf("sums: bucket %d: sum %q", b, sum))
 		}
 		if v.Sign() < 0 { // two's complement
 			v.Add(v, new(big.Int).Lsh(big.NewInt(1), 128))
 		}
 		lo := new(big.Int).And(v, new(big.Int).SetUint64(^uint64(0)))
-		out[b] = RangeSum{Rows: n, Hi: new(big.Int).Rsh(v, 64).Uint64(), Lo: lo.Uint64()}
+		out[b] = BucketSum{Rows: n, Hi: new(big.Int).Rsh(v, 64).Uint64(), Lo: lo.Uint64()}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, storeError(ctx, s.name, fmt.Errorf("sums: %w", err))
@@ -242,10 +221,11 @@ func (s *pgStore) Sums(ctx context.Context, within []KeyRange, bounds []string, 
 	return out, nil
 }
 
-// ScanRanges implements Summer.
-func (s *pgStore) ScanRanges(ctx context.Context, ranges []KeyRange, fn func(Row) error) error {
-	if 2*len(ranges) > maxSumParams {
-		return fmt.Errorf("%w: %s: %d ranges are too many for one query", ErrStore, s.name, len(ranges))
+// ScanBuckets implements Summer: one scan of every row, which computes
+// each row's key hash.
+func (s *pgStore) ScanBuckets(ctx context.Context, bits int, seed uint64, buckets []uint64, fn func(Row) error) error {
+	if err := checkBits(bits); err != nil {
+		return err
 	}
 	conn, err := s.connect(ctx)
 	if err != nil {
@@ -256,9 +236,11 @@ func (s *pgStore) ScanRanges(ctx context.Context, ranges []KeyRange, fn func(Row
 	if err != nil {
 		return err
 	}
-	var args sqlArgs
-	where := rangeWhere(p.key, ranges, &args)
-	return s.scanConn(ctx, conn, "SELECT q.* FROM ("+s.query+") q WHERE "+where, args, fn)
+	bs := make([]int64, len(buckets))
+	for i, b := range buckets {
+		bs[i] = int64(b)
+	}
+	return s.scanConn(ctx, conn, "SELECT q.* FROM ("+s.query+") q WHERE "+p.bucketSQL()+" = ANY($3::bigint[])", []any{int64(seed), int64(1)<<bits - 1, bs}, fn)
 }
 
 var _ KeyReader = (*pgStore)(nil)

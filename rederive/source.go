@@ -298,6 +298,13 @@ type remoteLog struct {
 
 func (l *remoteLog) Name() string { return l.name }
 
+// RecordsOwned: every page is read into buffers of its own (a response
+// body, a cache file, decoded JSON) that nothing reuses, so the fold keeps
+// the records' keys and payloads without copying them.
+func (l *remoteLog) RecordsOwned() {}
+
+var _ fold.OwnedRecords = (*remoteLog)(nil)
+
 // Entries fetches [from, to) page by page, a few pages ahead, and proves
 // each page against the pinned checkpoint (see page) before fn sees any of
 // its entries. Each call stands alone, so the fold engine's concurrent

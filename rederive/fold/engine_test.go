@@ -698,6 +698,30 @@ func TestFoldReaderReusesBuffers(t *testing.T) {
 	sameResult(t, d, "reader reusing its buffers", want, mustFold(t, d, nil, spans, Options{Workers: 3}))
 }
 
+// owningReusingReader is a reusingReader that says its records are its
+// caller's (OwnedRecords), which they are not.
+type owningReusingReader struct{ reusingReader }
+
+func (owningReusingReader) RecordsOwned() {}
+
+// TestFoldOwnedRecordsNotCopied checks that the fold copies no payload of
+// a reader whose records are owned (OwnedRecords): the same reader that
+// overwrites its buffers, folded right above when it does not say so,
+// spoils the fold when it does.
+func TestFoldOwnedRecordsNotCopied(t *testing.T) {
+	logs := threeLogs(t, 3000, 100)
+	d := &GoBalances{ordered: true}
+	spans := fullSpans(t, logs...)
+	want := mustFold(t, d, nil, spans, Options{})
+	for i := range spans {
+		spans[i].Reader = owningReusingReader{reusingReader{spans[i].Reader}}
+	}
+	got, err := Fold(context.Background(), d, nil, spans, Options{Workers: 3})
+	if err == nil && reflect.DeepEqual(got.States, want.States) {
+		t.Fatal("a reader's overwritten buffers did not reach the fold: its owned records were copied")
+	}
+}
+
 // ExampleFold folds a log, continues the result as the log grows, and
 // keeps the result across restarts in a bucket.
 func ExampleFold() {

@@ -177,9 +177,10 @@ func (p *pipeline) run(ctx context.Context, emit func(context.Context, *batch) e
 func (p *pipeline) prepare(ctx context.Context, j job) (*batch, error) {
 	s := &p.spans[j.span]
 	log := s.Pin.Log
-	// A reader may reuse a record's buffers once fn returns; the local
-	// ledger's records own theirs, so only other readers' are copied.
-	_, owned := s.Reader.(localLog)
+	// A reader may reuse a record's buffers once fn returns; only the
+	// records of a reader that says they are not (OwnedRecords) are kept
+	// without a copy.
+	_, owned := s.Reader.(OwnedRecords)
 	b := &batch{seq: j.seq, n: j.to - j.from, steps: make([][]step, p.shards)}
 	if p.skip != nil && p.skip(log, j.from, j.to) {
 		return b, nil

@@ -14,7 +14,20 @@ func LocalLog(l *ledger.Log) LogReader { return localLog{l} }
 
 type localLog struct{ l *ledger.Log }
 
-var _ LogReader = localLog{}
+var _ OwnedRecords = localLog{}
+
+// OwnedRecords is a LogReader whose records' keys and payloads are never
+// reused or changed once fn returns (each read allocates them afresh, as
+// the local ledger's slabs and a remote reader's response buffers are):
+// the fold keeps them as they are. Any other reader's are copied before
+// fn returns, a copy of each payload.
+type OwnedRecords interface {
+	LogReader
+	// RecordsOwned marks the reader; it does nothing.
+	RecordsOwned()
+}
+
+func (localLog) RecordsOwned() {}
 
 func (r localLog) Name() string { return r.l.Name() }
 

@@ -139,13 +139,17 @@ func (tb *verifyTable) exec(sql string, args ...any) {
 	}
 }
 
-// set replaces the table's rows.
+// set replaces the table's rows, in one transaction: a daemon comparing
+// meanwhile sees the old rows or the new, never the table half filled (a
+// run between the TRUNCATE and an INSERT reported that key missing).
 func (tb *verifyTable) set(rows map[string]int64) {
 	tb.t.Helper()
+	tb.exec("BEGIN")
 	tb.exec("TRUNCATE " + tb.name)
 	for k, v := range rows {
 		tb.exec("INSERT INTO "+tb.name+" VALUES ($1, $2)", k, v)
 	}
+	tb.exec("COMMIT")
 }
 
 // verifySpecOpts are the knobs of the spec file the tests write.

@@ -139,6 +139,21 @@ try {
   const sw = await page.evaluate(() => document.documentElement.scrollWidth);
   check(sw <= 600, `the page holds at 600px (scroll width ${sw})`);
   await shot(page, 'status-page-600px');
+  // A history with two samples at one instant (as a stalled sampler can
+  // take) and one whose time does not parse: the charts leave those points
+  // out and draw no NaN (a NaN point blanks the whole line and logs an
+  // error per redraw).
+  const t0 = Date.now() - 10000, iso = (ms) => new Date(ms).toISOString();
+  const smp = (at, size) => ({ at, logs: { [log]: { size, checkpoint: size, checkpoint_age_seconds: 1.5 } }, drift_keys: { balances: 1 } });
+  await context.route('**/v1/history', (r) => r.fulfill({ json: { interval_seconds: 1, samples: [
+    smp(iso(t0), 10), smp(iso(t0 + 1000), 20), smp(iso(t0 + 1000), 20), smp('not a time', 25), smp(iso(t0 + 3000), 40),
+    smp(iso(t0 + 4000), 50), smp(iso(t0 + 5000), 60)] } }));
+  const odd = await open(url);
+  await odd.waitForSelector(`#charts figure[data-chart="rate"][data-log="${log}"] polyline`, { state: 'attached', timeout: 20000 });
+  const pts = await odd.$$eval('#charts polyline', (ls) => ls.map((l) => l.getAttribute('points')));
+  check(pts.length >= 3 && pts.every((s) => !s.includes('NaN')), `charts of a history with a repeated and an unreadable sample time draw no NaN (${pts.length} lines)`);
+  await context.unroute('**/v1/history');
+  await odd.close();
   check(consoleErrors.length === 0, 'no errors in the browser console' + (consoleErrors.length ? ': ' + consoleErrors.join('; ') : ''));
 } catch (e) {
   failed = true;

@@ -142,6 +142,7 @@ function svg(tag, attrs) {
 
 // chart draws one small line chart of points [t, y] (t in ms).
 function chart(title, points, unit, attrs) {
+  points = points.filter((p) => Number.isFinite(p[0]) && Number.isFinite(p[1])); // one NaN would blank the line
   const w = 260, h = 60;
   const box = el('figure', Object.assign({ class: 'chart' }, attrs));
   const max = Math.max(1, ...points.map((p) => p[1]));
@@ -177,7 +178,10 @@ async function refreshCharts() {
       const t = Date.parse(ss[i].at);
       age.push([t, cur.checkpoint_age_seconds]);
       const prev = i > 0 && ss[i - 1].logs[l];
-      if (prev) rate.push([t, Math.max(0, (cur.size - prev.size) / ((t - Date.parse(ss[i - 1].at)) / 1000))]);
+      // Two samples can fall in one millisecond (a ticker that fires twice
+      // after a stall): no rate over no time.
+      const dt = prev ? (t - Date.parse(ss[i - 1].at)) / 1000 : 0;
+      if (dt > 0) rate.push([t, Math.max(0, (cur.size - prev.size) / dt)]);
     }
     figs.push(chart(l + ' entries/s', rate, '/s', { 'data-chart': 'rate', 'data-log': l }),
       chart(l + ' checkpoint age', age, 's', { 'data-chart': 'checkpoint-age', 'data-log': l }));

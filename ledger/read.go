@@ -420,6 +420,31 @@ func (l *Log) Entries(ctx context.Context, from, to uint64, fn func(*Record) err
 // checked against the tree's; without, the record takes the tree's leaf
 // hash.
 func (l *Log) entries(ctx context.Context, from, to uint64, leaf bool, fn func(*Record) error) error {
+	var (
+		slab recordSlab
+		rec  *Record
+	)
+	return l.scanStored(ctx, from, to, func(idx uint64, v []byte) (err error) {
+		rec, err = l.decodeEntry(idx, v, leaf, &slab)
+		return err
+	}, func(idx uint64, tree merkle.Hash) error {
+		if !leaf {
+			rec.LeafHash = tree
+		} else if err := l.checkLeaf(rec, tree); err != nil {
+			return err
+		}
+		return fn(rec)
+	})
+}
+
+// scanStored reads the stored entries [from, to) in one pass, in index
+// order: for each, decode takes its stored value (valid during the call),
+// then use takes the leaf hash the tree's level-0 tile holds for it (one
+// tile read per 256 entries, after the entry's decode, so that a damaged
+// entry is reported before a damaged tile). to must not exceed the
+// committed size; a missing entry or tile is an *IntegrityError, an error
+// from decode or use stops the scan with that error.
+func (l *Log) scanStored(ctx context.Context, from, to uint64, decode func(idx uint64, v []byte) error, use func(idx uint64, tree merkle.Hash) error) error {
 	if size := l.Size(); to > size || from > to {
 		return fmt.Errorf("%w: entries [%d, %d), tree size %d", ErrRange, from, to, size)
 	}
@@ -433,7 +458,6 @@ func (l *Log) entries(ctx context.Context, from, to uint64, leaf bool, fn func(*
 	defer it.Close()
 	tile, base := ^uint64(0), make([]merkle.Hash, 0, tileWidth)
 	want := from
-	var slab recordSlab
 	for ok := it.First(); ok; ok = it.Next() {
 		if want&1023 == 0 {
 			if err := ctx.Err(); err != nil {
@@ -445,8 +469,7 @@ func (l *Log) entries(ctx context.Context, from, to uint64, leaf bool, fn func(*
 		if idx != want {
 			return l.missingEntry(want)
 		}
-		rec, err := l.decodeEntry(idx, it.Value(), leaf, &slab)
-		if err != nil {
+		if err := decode(idx, it.Value()); err != nil {
 			return err
 		}
 		if n := idx / tileWidth; n != tile {
@@ -457,12 +480,7 @@ func (l *Log) entries(ctx context.Context, from, to uint64, leaf bool, fn func(*
 			}
 			tile = n
 		}
-		if h := base[idx%tileWidth]; !leaf {
-			rec.LeafHash = h
-		} else if err := l.checkLeaf(rec, h); err != nil {
-			return err
-		}
-		if err := fn(rec); err != nil {
+		if err := use(idx, base[idx%tileWidth]); err != nil {
 			return err
 		}
 		want++

@@ -522,7 +522,7 @@ func (b *scanBatch) hash(log string, i int, sc *scratch) {
 // scratch is one scan worker's reusable decoding state.
 type scratch struct {
 	entry   storedEntry
-	leaf    merkle.Leaf
+	fields  merkle.Leaf // the entry's leaf, but for its id (e.id)
 	source  merkle.Source
 	headers []merkle.Header
 	buf     []byte
@@ -533,12 +533,20 @@ type scratch struct {
 // payload) and returns its recomputed leaf hash; sc.entry holds the
 // decoded entry until the next call.
 func (sc *scratch) leafHash(log string, b []byte) (merkle.Hash, error) {
+	_, h, err := sc.leaf(log, b)
+	return h, err
+}
+
+// leaf decodes the stored entry b of log without copying it and returns
+// its leaf's encoding (valid until the next call) and RFC 6962 leaf hash;
+// sc.entry holds the decoded entry, aliasing b, until the next call.
+func (sc *scratch) leaf(log string, b []byte) ([]byte, merkle.Hash, error) {
 	e := &sc.entry
 	var err error
 	if sc.id, err = e.decode(b, sc.id); err != nil {
-		return merkle.Hash{}, err
+		return nil, merkle.Hash{}, err
 	}
-	l := &sc.leaf
+	l := &sc.fields
 	*l = merkle.Leaf{Log: log, HasKey: e.flags&sKey != 0, Key: e.key, // the id is e.id: AppendID below
 		Time: e.time, TimeAssigned: e.flags&sTimeAssigned != 0, Marks: e.marks}
 	if e.flags&sSource != 0 {
@@ -561,7 +569,7 @@ func (sc *scratch) leafHash(log string, b []byte) (merkle.Hash, error) {
 	buf, err := l.AppendID(append(sc.buf[:0], 0), e.id)
 	sc.buf = buf
 	if err != nil {
-		return merkle.Hash{}, err
+		return nil, merkle.Hash{}, err
 	}
-	return sha256.Sum256(buf), nil
+	return buf[1:], sha256.Sum256(buf), nil
 }
